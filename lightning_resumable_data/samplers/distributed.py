@@ -1,0 +1,247 @@
+"""A drop-in ``torch.utils.data.DistributedSampler`` with O(1) save, restore and elastic resume."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterator, Sized
+from typing import Any, Final
+
+import numpy as np
+import torch.utils.data
+from numpy.typing import NDArray
+
+from lightning_resumable_data.index.partition import rank_span, span_positions
+from lightning_resumable_data.index.permutation import (
+    PermutationAlgorithm,
+    check_algorithm,
+    feistel_keys,
+    feistel_permute,
+    randperm,
+)
+from lightning_resumable_data.samplers._chunks import CHUNK_SIZE, ChunkStream
+from lightning_resumable_data.samplers._world import resolve_world
+from lightning_resumable_data.state import (
+    ResumeWarning,
+    StateMismatchError,
+    check_state,
+    make_state,
+)
+
+__all__ = ["DistributedSampler", "check_non_negative_int", "dataset_length"]
+
+_Order = Callable[[NDArray[np.int64]], NDArray[np.integer]]
+
+
+def check_non_negative_int(name: str, value: object) -> int:
+    """Return ``value`` if it is a non-negative int, else raise naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name}={value!r} must be an int, got {type(value).__name__}.")
+    if value < 0:
+        raise ValueError(f"{name}={value} must be >= 0.")
+    return int(value)
+
+
+def dataset_length(dataset: object, owner: str) -> int:
+    """Return ``len(dataset)``, or raise a clear error for unsized or empty datasets."""
+    if not isinstance(dataset, Sized):
+        raise TypeError(
+            f"{owner} needs a map-style dataset with __len__, got {type(dataset).__name__}. "
+            "Iterable datasets order themselves; pass them to the loader without a sampler."
+        )
+    length = len(dataset)
+    if length == 0:
+        raise ValueError(f"{owner} got an empty dataset (len 0); there is nothing to sample.")
+    return length
+
+
+class DistributedSampler(torch.utils.data.DistributedSampler[int]):
+    """Shard a dataset over data-parallel ranks; save and restore the position in O(1).
+
+    With ``algorithm="randperm"`` (the default) it yields exactly what
+    ``torch.utils.data.DistributedSampler`` yields for the same arguments and epoch. It is a
+    subclass of it, so Lightning and Fabric neither replace nor wrap it.
+
+    The epoch's global order ``G`` is shuffled from ``(seed, epoch)``, padded by wrapping
+    around (or its tail dropped with ``drop_last=True``), and rank ``r`` of ``W`` takes
+    ``G[r], G[r+W], ...``. The position is the number of global samples consumed in the
+    epoch, so a state saved under ``W`` ranks resumes under any ``W'``: the remaining suffix
+    is strided over the new ranks and every sample is still read exactly once.
+
+    State keys: ``version``, ``kind``, ``fingerprint`` (``dataset_length``, ``seed``,
+    ``shuffle``, ``algorithm``, ``drop_last``), ``epoch``, ``consumed`` (global samples of the
+    epoch consumed by all ranks together), ``num_replicas`` (world size at save time).
+
+    Args:
+        dataset: A sized dataset.
+        num_replicas: Data-parallel world size; ``None`` reads the initialised process group.
+        rank: Data-parallel rank; ``None`` reads the initialised process group.
+        shuffle: Shuffle the order every epoch.
+        seed: Shuffle seed, in ``[0, 2**63)``; the same on every rank.
+        drop_last: Drop the ragged tail instead of padding with wrapped-around samples.
+        algorithm: ``"randperm"`` (torch's order, O(n) memory) or ``"feistel"`` (random
+            access, O(1) memory, for datasets of 10**9+ samples).
+
+    Example:
+        >>> sampler = DistributedSampler(range(10), num_replicas=2, rank=0, seed=0)
+        >>> it = iter(sampler)
+        >>> first = [next(it) for _ in range(2)]
+        >>> state = sampler.state_dict()
+        >>> state["consumed"]
+        4
+        >>> resumed = DistributedSampler(range(10), num_replicas=2, rank=0, seed=0)
+        >>> resumed.load_state_dict(state)
+        >>> list(resumed) == list(it)
+        True
+    """
+
+    KIND: Final = "DistributedSampler"
+
+    def __init__(
+        self,
+        dataset: Sized,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+        *,
+        algorithm: PermutationAlgorithm = "randperm",
+    ) -> None:
+        length = dataset_length(dataset, type(self).__name__)
+        num_replicas, rank = resolve_world(num_replicas, rank)
+        seed = check_non_negative_int("seed", seed)
+        if seed >= 2**63:
+            raise ValueError(f"seed={seed} must be < 2**63.")
+        super().__init__(dataset, num_replicas, rank, bool(shuffle), seed, bool(drop_last))
+        self.algorithm: PermutationAlgorithm = check_algorithm(algorithm)
+        self.dataset_length = length
+        self._resume_at = 0  # global position the next __iter__ starts from (one-shot)
+        self._skip = 0  # per-rank samples the next __iter__ skips (one-shot, set_skip)
+        self._started_at = 0  # global position where the live iteration started
+        self._stream: ChunkStream | None = None
+
+    @property
+    def fingerprint(self) -> dict[str, Any]:
+        """Everything the epoch's order depends on (apart from the epoch)."""
+        return {
+            "dataset_length": self.dataset_length,
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+            "algorithm": self.algorithm,
+            "drop_last": self.drop_last,
+        }
+
+    @property
+    def consumed(self) -> int:
+        """Global samples of the current epoch consumed by all ranks, as far as known here.
+
+        Counts what this sampler has yielded, assuming every rank advances in lockstep (as
+        data-parallel training does). A loader that prefetches knows better: see
+        :class:`lightning_resumable_data.StatefulDataLoader`.
+        """
+        if self._stream is None:
+            return self._resume_at + self._skip * self.num_replicas
+        return self._started_at + self._stream.yielded * self.num_replicas
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch whose order the next ``__iter__`` yields.
+
+        Setting the epoch it is already at keeps a restored position (Lightning calls
+        ``set_epoch`` at the start of every epoch, including the resumed one); moving to
+        another epoch starts that epoch from its beginning.
+        """
+        epoch = check_non_negative_int("epoch", epoch)
+        if epoch == self.epoch:
+            return
+        if self._resume_at:
+            warnings.warn(
+                f"set_epoch({epoch}) discards the restored position (epoch {self.epoch}, "
+                f"{self._resume_at} samples consumed). If this run should continue epoch "
+                f"{self.epoch}, call set_epoch({self.epoch}) instead.",
+                ResumeWarning,
+                stacklevel=2,
+            )
+        self.epoch = epoch
+        self._resume_at = self._started_at = 0
+        self._stream = None
+
+    def set_skip(self, samples: int) -> None:
+        """Skip the first ``samples`` of this rank's share in the next ``__iter__`` only.
+
+        ``samples`` counts this rank's samples (``batches * batch_size``); all ranks skip the
+        same amount, so ``samples * num_replicas`` global samples are skipped.
+        """
+        self._skip = check_non_negative_int("samples", samples)
+
+    def __iter__(self) -> Iterator[int]:
+        start = self._resume_at + self._skip * self.num_replicas
+        self._resume_at = self._skip = 0
+        span = rank_span(
+            self.dataset_length, self.num_replicas, self.rank, self.drop_last, consumed=start
+        )
+        order = self._order()
+        n = self.dataset_length
+
+        def chunks() -> Iterator[NDArray[np.integer]]:
+            for begin in range(0, span.count, CHUNK_SIZE):
+                positions = span_positions(span, begin, begin + CHUNK_SIZE)
+                yield order(positions % n)
+
+        self._started_at = start
+        self._stream = ChunkStream(chunks())
+        return iter(self._stream)
+
+    def __len__(self) -> int:
+        """Samples this rank reads in a full epoch (torch's ``num_samples``)."""
+        return self.num_samples
+
+    def _order(self) -> _Order:
+        """The epoch's global order as a lookup from positions to dataset indices."""
+        if not self.shuffle:
+            return lambda positions: positions
+        if self.algorithm == "randperm":
+            permutation = randperm(self.dataset_length, self.seed + self.epoch)
+            return lambda positions: permutation[positions]
+        keys = feistel_keys(self.seed, self.epoch)
+        n = self.dataset_length
+        return lambda positions: feistel_permute(positions, n, keys)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Return the position: epoch and global samples consumed, with the fingerprint."""
+        return make_state(
+            self.KIND,
+            self.fingerprint,
+            epoch=self.epoch,
+            consumed=self.consumed,
+            num_replicas=self.num_replicas,
+        )
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore a position; the next ``__iter__`` continues from it.
+
+        The world size may differ from the one that saved the state: the rest of the epoch
+        is then strided over the current ranks.
+
+        Raises:
+            StateMismatchError: The state is of another version or kind, is malformed, or
+                was saved with a different dataset length, seed, shuffle, algorithm or
+                drop_last.
+        """
+        check_state(
+            state_dict,
+            self.KIND,
+            self.fingerprint,
+            {"epoch": int, "consumed": int, "num_replicas": int},
+        )
+        limit = self.dataset_length + state_dict["num_replicas"]
+        if state_dict["consumed"] >= limit:
+            raise StateMismatchError(
+                f"Cannot load this state into {self.KIND}: consumed={state_dict['consumed']} "
+                f"is past the end of an epoch of {self.dataset_length} samples over "
+                f"num_replicas={state_dict['num_replicas']} ranks (at most {limit - 1}). The "
+                "state is corrupted or belongs to another dataset."
+            )
+        self.epoch = state_dict["epoch"]
+        self._resume_at = state_dict["consumed"]
+        self._skip = self._started_at = 0
+        self._stream = None

@@ -1,0 +1,137 @@
+"""The state contract shared by every sampler and loader of this package.
+
+A state dict is plain JSON-serialisable data::
+
+    {
+        "version": 1,                 # STATE_VERSION, checked on load
+        "kind": "DistributedSampler", # which class wrote it
+        "fingerprint": {...},         # everything the order depends on (seed, sizes, ...)
+        ...                           # the position: epoch, consumed, nested states
+    }
+
+Loading checks the version, the kind, the presence and type of the position keys and the
+fingerprint *before* touching any attribute, so a refused state leaves the object as it
+was. Mismatches raise :class:`StateMismatchError` (a ``ValueError``) that names each
+differing value, saved and current, and says how to fix it.
+
+Example:
+    >>> state = make_state("Demo", {"seed": 0}, epoch=1)
+    >>> check_state(state, "Demo", {"seed": 0}, {"epoch": int})
+    >>> check_state(state, "Demo", {"seed": 1}, {"epoch": int})
+    Traceback (most recent call last):
+    ...
+    lightning_resumable_data.state.StateMismatchError: Cannot load this state into Demo: ...
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+__all__ = [
+    "STATE_VERSION",
+    "Fingerprint",
+    "ResumeWarning",
+    "StateMismatchError",
+    "check_state",
+    "make_state",
+]
+
+STATE_VERSION: Final = 1
+
+Fingerprint = Mapping[str, Any]
+
+
+class StateMismatchError(ValueError):
+    """A state dict that cannot be loaded: wrong version, kind, shape or fingerprint."""
+
+
+class ResumeWarning(UserWarning):
+    """A resume that works but may not be what the user intended."""
+
+
+def make_state(kind: str, fingerprint: Fingerprint, **position: Any) -> dict[str, Any]:
+    """Build a versioned state dict.
+
+    Example:
+        >>> make_state("Demo", {"seed": 0}, epoch=2)
+        {'version': 1, 'kind': 'Demo', 'fingerprint': {'seed': 0}, 'epoch': 2}
+    """
+    return {"version": STATE_VERSION, "kind": kind, "fingerprint": dict(fingerprint), **position}
+
+
+def _type_name(expected: type | tuple[type, ...]) -> str:
+    if isinstance(expected, tuple):
+        return " or ".join(t.__name__ for t in expected)
+    return expected.__name__
+
+
+def check_state(
+    state: object,
+    kind: str,
+    fingerprint: Fingerprint,
+    required: Mapping[str, type | tuple[type, ...]],
+) -> None:
+    """Raise unless ``state`` was written by ``kind`` with the same ``fingerprint``.
+
+    Args:
+        state: The candidate state dict.
+        kind: The loading class's kind.
+        fingerprint: The loading object's current fingerprint.
+        required: Position keys the state must hold, with their types. ``int`` keys must be
+            non-negative.
+
+    Raises:
+        TypeError: ``state`` is not a mapping.
+        StateMismatchError: Anything else that prevents an exact resume.
+    """
+    prefix = f"Cannot load this state into {kind}:"
+    if not isinstance(state, Mapping):
+        raise TypeError(f"{prefix} expected a dict from {kind}.state_dict(), got "
+                        f"{type(state).__name__}.")
+    version = state.get("version")
+    if version != STATE_VERSION:
+        raise StateMismatchError(
+            f"{prefix} it has version={version!r}, this library reads version={STATE_VERSION}. "
+            "Load it with the library version that wrote it, or start a fresh run."
+        )
+    saved_kind = state.get("kind")
+    if saved_kind != kind:
+        raise StateMismatchError(
+            f"{prefix} it was written by kind={saved_kind!r}. Load each state into the same "
+            "kind of object that wrote it."
+        )
+    for key, expected in required.items():
+        value = state.get(key)
+        wrong_int = expected is int and (isinstance(value, bool) or not isinstance(value, int))
+        if key not in state or wrong_int or not isinstance(value, expected):
+            raise StateMismatchError(
+                f"{prefix} key {key!r} is {'missing' if key not in state else repr(value)}; "
+                f"expected {_type_name(expected)}. The state is truncated or corrupted."
+            )
+        if expected is int and value < 0:
+            raise StateMismatchError(f"{prefix} key {key!r}={value} must be >= 0.")
+    saved = state.get("fingerprint")
+    if not isinstance(saved, Mapping):
+        raise StateMismatchError(f"{prefix} it has no 'fingerprint' dict; it is corrupted.")
+    differences = [
+        f"{key}: saved {saved.get(key, '<missing>')!r}, now {fingerprint.get(key, '<missing>')!r}"
+        for key in sorted(set(saved) | set(fingerprint))
+        if _normalise(saved.get(key)) != _normalise(fingerprint.get(key))
+    ]
+    if differences:
+        raise StateMismatchError(
+            f"{prefix} the order it resumes depends on values that changed ("
+            + "; ".join(differences)
+            + "). Resuming would replay or skip samples. Rebuild it with the saved values, "
+            "or start a fresh run."
+        )
+
+
+def _normalise(value: object) -> object:
+    """Compare fingerprints as JSON would see them (tuples and lists alike)."""
+    if isinstance(value, (list, tuple)):
+        return [_normalise(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _normalise(v) for k, v in value.items()}
+    return value
