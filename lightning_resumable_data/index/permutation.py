@@ -20,7 +20,7 @@ Two algorithms, chosen by name (:data:`PermutationAlgorithm`):
 
 Example:
     >>> randperm(5, seed=0).tolist()
-    [4, 1, 2, 0, 3]
+    [4, 0, 1, 3, 2]
     >>> perm = feistel_slice(10, seed=0, epoch=0, start=0, stop=10)
     >>> sorted(perm.tolist()) == list(range(10))
     True
@@ -91,7 +91,7 @@ def randperm(n: int, seed: int) -> NDArray[np.int64] | NDArray[np.int32]:
 
     Example:
         >>> randperm(4, seed=1).tolist()
-        [0, 2, 1, 3]
+        [1, 3, 2, 0]
     """
     import torch  # torch's Fisher-Yates kernel is the definition of this order.
 

@@ -1,12 +1,10 @@
-"""Lazy iteration over NumPy chunks that knows, in O(1), how many ints it has yielded."""
+"""Lazy iteration over chunks that knows, in O(1), how many items it has yielded."""
 
 from __future__ import annotations
 
 import operator
 from collections.abc import Iterable, Iterator
-
-import numpy as np
-from numpy.typing import NDArray
+from typing import Any
 
 __all__ = ["CHUNK_SIZE", "ChunkStream"]
 
@@ -14,13 +12,13 @@ CHUNK_SIZE = 1 << 16
 
 
 class ChunkStream:
-    """Yield the ints of successive arrays, converting one chunk at a time.
+    """Yield the items of successive lists; the producer builds one chunk at a time.
 
     Counting is free: the position is read off the current chunk's list iterator, so there
     is no per-item bookkeeping in Python.
 
     Example:
-        >>> stream = ChunkStream(iter([np.arange(3), np.arange(3, 5)]))
+        >>> stream = ChunkStream(iter([[0, 1, 2], [3, 4]]))
         >>> it = iter(stream)
         >>> next(it), next(it), stream.yielded
         (0, 1, 2)
@@ -28,21 +26,20 @@ class ChunkStream:
         ([2, 3, 4], 5)
     """
 
-    def __init__(self, chunks: Iterable[NDArray[np.integer]]) -> None:
+    def __init__(self, chunks: Iterable[list[Any]]) -> None:
         self._chunks = chunks
         self._finished_chunks = 0
-        self._current: Iterator[int] = iter(())
+        self._current: Iterator[Any] = iter(())
         self._current_length = 0
 
-    def __iter__(self) -> Iterator[int]:
+    def __iter__(self) -> Iterator[Any]:
         for chunk in self._chunks:
-            values: list[int] = chunk.tolist()
             self._finished_chunks += self._current_length
-            self._current, self._current_length = iter(values), len(values)
+            self._current, self._current_length = iter(chunk), len(chunk)
             yield from self._current
 
     @property
     def yielded(self) -> int:
-        """How many ints the consumer has received so far."""
+        """How many items the consumer has received so far."""
         remaining = operator.length_hint(self._current)
         return self._finished_chunks + self._current_length - remaining

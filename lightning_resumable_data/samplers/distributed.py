@@ -18,6 +18,7 @@ from lightning_resumable_data.index.permutation import (
     feistel_permute,
     randperm,
 )
+from lightning_resumable_data.randomness import make_sample_keys
 from lightning_resumable_data.samplers._chunks import CHUNK_SIZE, ChunkStream
 from lightning_resumable_data.samplers._world import resolve_world
 from lightning_resumable_data.state import (
@@ -80,6 +81,8 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
         drop_last: Drop the ragged tail instead of padding with wrapped-around samples.
         algorithm: ``"randperm"`` (torch's order, O(n) memory) or ``"feistel"`` (random
             access, O(1) memory, for datasets of 10**9+ samples).
+        sample_keys: Yield :class:`~lightning_resumable_data.SampleKey` indices that carry
+            (seed, epoch, position), for augmentations that must survive a resume.
 
     Example:
         >>> sampler = DistributedSampler(range(10), num_replicas=2, rank=0, seed=0)
@@ -106,6 +109,7 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
         drop_last: bool = False,
         *,
         algorithm: PermutationAlgorithm = "randperm",
+        sample_keys: bool = False,
     ) -> None:
         length = dataset_length(dataset, type(self).__name__)
         num_replicas, rank = resolve_world(num_replicas, rank)
@@ -115,8 +119,8 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
         super().__init__(dataset, num_replicas, rank, bool(shuffle), seed, bool(drop_last))
         self.algorithm: PermutationAlgorithm = check_algorithm(algorithm)
         self.dataset_length = length
+        self.sample_keys = bool(sample_keys)
         self._resume_at = 0  # global position the next __iter__ starts from (one-shot)
-        self._skip = 0  # per-rank samples the next __iter__ skips (one-shot, set_skip)
         self._started_at = 0  # global position where the live iteration started
         self._stream: ChunkStream | None = None
 
@@ -140,7 +144,7 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
         :class:`lightning_resumable_data.StatefulDataLoader`.
         """
         if self._stream is None:
-            return self._resume_at + self._skip * self.num_replicas
+            return self._resume_at
         return self._started_at + self._stream.yielded * self.num_replicas
 
     def set_epoch(self, epoch: int) -> None:
@@ -166,26 +170,29 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
         self._stream = None
 
     def set_skip(self, samples: int) -> None:
-        """Skip the first ``samples`` of this rank's share in the next ``__iter__`` only.
+        """Start the next ``__iter__`` (only) after the first ``samples`` of this rank's share.
 
-        ``samples`` counts this rank's samples (``batches * batch_size``); all ranks skip the
-        same amount, so ``samples * num_replicas`` global samples are skipped.
+        ``samples`` counts this rank's samples from the start of the epoch
+        (``batches * batch_size``); all ranks skip the same amount, so the epoch resumes at
+        global position ``samples * num_replicas``. It replaces a position restored by
+        :meth:`load_state_dict`: the last of the two calls wins.
         """
-        self._skip = check_non_negative_int("samples", samples)
+        self._resume_at = check_non_negative_int("samples", samples) * self.num_replicas
+        self._stream = None
 
     def __iter__(self) -> Iterator[int]:
-        start = self._resume_at + self._skip * self.num_replicas
-        self._resume_at = self._skip = 0
+        start, self._resume_at = self._resume_at, 0
         span = rank_span(
             self.dataset_length, self.num_replicas, self.rank, self.drop_last, consumed=start
         )
         order = self._order()
-        n = self.dataset_length
+        n, seed, epoch, keyed = self.dataset_length, self.seed, self.epoch, self.sample_keys
 
-        def chunks() -> Iterator[NDArray[np.integer]]:
+        def chunks() -> Iterator[list[Any]]:
             for begin in range(0, span.count, CHUNK_SIZE):
                 positions = span_positions(span, begin, begin + CHUNK_SIZE)
-                yield order(positions % n)
+                indices = order(positions % n)
+                yield make_sample_keys(indices, positions, seed, epoch) if keyed else indices.tolist()
 
         self._started_at = start
         self._stream = ChunkStream(chunks())
@@ -243,5 +250,5 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
             )
         self.epoch = state_dict["epoch"]
         self._resume_at = state_dict["consumed"]
-        self._skip = self._started_at = 0
+        self._started_at = 0
         self._stream = None

@@ -1,0 +1,39 @@
+# Set-up and checks. `make demo` and `make test` install everything they need into .venv.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# This machine has a local CPU wheel of torch 2.13.0; pinning it keeps pip from pulling the
+# newest CUDA build. Elsewhere, override: `make test TORCH_SPEC=torch` (or keep your own).
+TORCH_SPEC ?= torch==2.13.0
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test lint typecheck unit bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
+	$(PY) -m pip install --quiet -e ".[test]"
+	touch $(STAMP)
+
+demo: setup
+	$(PY) examples/demo.py
+
+lint: setup
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+typecheck: setup
+	$(PY) -m mypy
+
+unit: setup
+	$(PY) -m pytest
+
+test: lint typecheck unit
+
+bench: setup
+	$(PY) benchmarks/bench_sampler.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -1,0 +1,251 @@
+import itertools
+from typing import Any
+
+import pytest
+import torch.utils.data
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from resume_helpers import assert_resumes
+
+from lightning_resumable_data import DistributedSampler, ResumeWarning, StateMismatchError
+from lightning_resumable_data.index import samples_per_rank
+
+ALGORITHMS = ["randperm", "feistel"]
+
+
+@given(
+    n=st.integers(1, 300),
+    world=st.integers(1, 9),
+    data=st.data(),
+    seed=st.integers(0, 2**40),
+    epoch=st.integers(0, 100),
+    shuffle=st.booleans(),
+    drop_last=st.booleans(),
+)
+@settings(max_examples=300)
+def test_equals_torch_distributed_sampler(
+    n: int, world: int, data: st.DataObject, seed: int, epoch: int, shuffle: bool, drop_last: bool
+) -> None:
+    rank = data.draw(st.integers(0, world - 1))
+    theirs = torch.utils.data.DistributedSampler(range(n), world, rank, shuffle, seed, drop_last)
+    ours = DistributedSampler(range(n), world, rank, shuffle, seed, drop_last)
+    theirs.set_epoch(epoch)
+    ours.set_epoch(epoch)
+    assert list(ours) == list(theirs)
+    assert len(ours) == len(theirs) == ours.num_samples == theirs.num_samples
+    assert ours.total_size == theirs.total_size
+
+
+def test_large_epoch_equals_torch_across_chunks() -> None:
+    n = 200_003  # several internal chunks, odd length
+    theirs = torch.utils.data.DistributedSampler(range(n), 3, 2, seed=11)
+    ours = DistributedSampler(range(n), 3, 2, seed=11)
+    assert list(ours) == list(theirs)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@given(
+    n=st.integers(1, 200),
+    world=st.integers(1, 6),
+    shuffle=st.booleans(),
+    drop_last=st.booleans(),
+)
+def test_ranks_are_disjoint_and_cover_the_epoch(
+    algorithm: str, n: int, world: int, shuffle: bool, drop_last: bool
+) -> None:
+    shards = [
+        list(DistributedSampler(range(n), world, r, shuffle, 3, drop_last, algorithm=algorithm))  # type: ignore[arg-type]
+        for r in range(world)
+    ]
+    per_rank = samples_per_rank(n, world, drop_last)
+    assert all(len(s) == per_rank for s in shards)
+    seen = list(itertools.chain.from_iterable(shards))
+    if drop_last:
+        assert len(set(seen)) == len(seen) == per_rank * world  # disjoint
+    else:
+        assert set(seen) == set(range(n))  # covered; duplicates are only the < world pads
+        assert len(seen) - n in range(world)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@given(
+    n=st.integers(1, 120),
+    world=st.integers(1, 4),
+    data=st.data(),
+    drop_last=st.booleans(),
+)
+@settings(max_examples=60)
+def test_save_anywhere_and_resume_exactly(
+    algorithm: str, n: int, world: int, data: st.DataObject, drop_last: bool
+) -> None:
+    rank = data.draw(st.integers(0, world - 1))
+    k = data.draw(st.integers(0, samples_per_rank(n, world, drop_last)))
+    epoch = data.draw(st.integers(0, 5))
+
+    def make() -> DistributedSampler:
+        return DistributedSampler(
+            range(n), world, rank, seed=5, drop_last=drop_last, algorithm=algorithm  # type: ignore[arg-type]
+        )
+
+    assert_resumes(make, epoch, k)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@given(
+    n=st.integers(1, 150),
+    world=st.integers(1, 5),
+    new_world=st.integers(1, 5),
+    data=st.data(),
+    drop_last=st.booleans(),
+)
+@settings(max_examples=80)
+def test_elastic_resume_sees_every_sample_once(
+    algorithm: str, n: int, world: int, new_world: int, data: st.DataObject, drop_last: bool
+) -> None:
+    steps = data.draw(st.integers(0, samples_per_rank(n, world, drop_last)))
+    consumed: list[int] = []
+    state: dict[str, Any] = {}
+    for rank in range(world):  # every rank trains `steps` samples, then the job dies
+        sampler = DistributedSampler(range(n), world, rank, drop_last=drop_last, algorithm=algorithm)  # type: ignore[arg-type]
+        sampler.set_epoch(2)
+        iterator = iter(sampler)
+        consumed += itertools.islice(iterator, steps)
+        if rank == 0:
+            state = sampler.state_dict()  # rank 0 writes the checkpoint
+    assert state["consumed"] == steps * world
+    rest: list[int] = []
+    for rank in range(new_world):  # every new rank loads rank 0's state
+        sampler = DistributedSampler(range(n), new_world, rank, drop_last=drop_last, algorithm=algorithm)  # type: ignore[arg-type]
+        sampler.load_state_dict(state)
+        sampler.set_epoch(2)
+        rest += list(sampler)
+    everything = consumed + rest
+    if drop_last:
+        assert len(everything) == len(set(everything))  # nothing twice
+        assert n - len(everything) < max(world, new_world)  # only a ragged tail dropped
+    else:
+        assert set(everything) == set(range(n))  # nothing lost
+        assert len(everything) - n < max(world, new_world)  # only pads repeat
+
+
+def test_consumed_counts_global_samples_and_skip_is_one_shot() -> None:
+    sampler = DistributedSampler(range(20), num_replicas=2, rank=1, shuffle=False)
+    sampler.set_skip(3)
+    assert sampler.consumed == 6
+    assert list(sampler) == [7, 9, 11, 13, 15, 17, 19]
+    assert sampler.state_dict()["consumed"] == 20
+    assert list(sampler) == list(range(1, 20, 2))  # the skip applied once
+
+
+def test_set_epoch_keeps_or_discards_a_restored_position() -> None:
+    saved = DistributedSampler(range(10), 1, 0, shuffle=False)
+    iterator = iter(saved)
+    next(iterator)
+    state = saved.state_dict()
+    fresh = DistributedSampler(range(10), 1, 0, shuffle=False)
+    fresh.load_state_dict(state)
+    fresh.set_epoch(0)  # same epoch: position kept
+    assert fresh.consumed == 1
+    with pytest.warns(ResumeWarning, match=r"set_epoch\(1\) discards the restored position"):
+        fresh.set_epoch(1)
+    assert list(fresh) == list(range(10))
+
+
+def test_feistel_handles_ten_billion_samples_lazily() -> None:
+    sampler = DistributedSampler(range(10**10), 8, 3, seed=1, algorithm="feistel")
+    first = list(itertools.islice(iter(sampler), 1000))
+    assert len(set(first)) == 1000 and max(first) < 10**10
+    assert sampler.state_dict()["consumed"] == 8000
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"num_replicas": 0, "rank": 0}, ValueError, "num_replicas=0 must be >= 1"),
+        ({"num_replicas": 2, "rank": 2}, ValueError, r"rank=2 must be in \[0, num_replicas\)"),
+        ({"num_replicas": 2, "rank": -1}, ValueError, r"rank=-1 must be in"),
+        ({"num_replicas": 2, "rank": 0, "seed": -3}, ValueError, "seed=-3 must be >= 0"),
+        ({"num_replicas": 1, "rank": 0, "algorithm": "x"}, ValueError, "expected one of"),
+    ],
+)
+def test_bad_construction_is_explained(kwargs: dict[str, Any], error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        DistributedSampler(range(10), **kwargs)
+
+
+def test_empty_and_unsized_datasets_are_refused() -> None:
+    with pytest.raises(ValueError, match="empty dataset"):
+        DistributedSampler([], 1, 0)
+    with pytest.raises(TypeError, match="map-style dataset with __len__"):
+        DistributedSampler(iter(range(3)), 1, 0)  # type: ignore[arg-type]
+
+
+def test_none_world_without_process_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    sampler = DistributedSampler(range(4))
+    assert (sampler.num_replicas, sampler.rank) == (1, 0)
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    with pytest.raises(RuntimeError, match="not initialised although WORLD_SIZE=4"):
+        DistributedSampler(range(4))
+
+
+def test_negative_skip_and_epoch_are_refused() -> None:
+    sampler = DistributedSampler(range(4), 1, 0)
+    with pytest.raises(ValueError, match="samples=-1 must be >= 0"):
+        sampler.set_skip(-1)
+    with pytest.raises(ValueError, match="epoch=-2 must be >= 0"):
+        sampler.set_epoch(-2)
+
+
+def _state(**changes: Any) -> dict[str, Any]:
+    sampler = DistributedSampler(range(10), 2, 0, seed=1)
+    iterator = iter(sampler)
+    next(iterator)
+    state = sampler.state_dict()
+    for key, value in changes.items():
+        if key in state["fingerprint"]:
+            state["fingerprint"][key] = value
+        elif value is None:
+            del state[key]
+        else:
+            state[key] = value
+    return state
+
+
+@pytest.mark.parametrize(
+    ("changes", "match"),
+    [
+        ({"version": 99}, "version=99, this library reads version=1"),
+        ({"kind": "MixtureSampler"}, "written by kind='MixtureSampler'"),
+        ({"epoch": None}, "key 'epoch' is missing"),
+        ({"consumed": "2"}, "key 'consumed' is '2'; expected int"),
+        ({"consumed": -4}, "key 'consumed'=-4 must be >= 0"),
+        ({"consumed": 12}, "consumed=12 is past the end of an epoch of 10 samples"),
+        ({"dataset_length": 11}, "dataset_length: saved 11, now 10"),
+        ({"seed": 2}, "seed: saved 2, now 1"),
+        ({"algorithm": "feistel"}, "algorithm: saved 'feistel', now 'randperm'"),
+        ({"fingerprint": None}, "key 'fingerprint' is missing|no 'fingerprint' dict"),
+    ],
+)
+def test_bad_state_is_refused_and_changes_nothing(changes: dict[str, Any], match: str) -> None:
+    sampler = DistributedSampler(range(10), 2, 0, seed=1)
+    sampler.set_epoch(3)
+    before = sampler.state_dict()
+    with pytest.raises(StateMismatchError, match=match):
+        sampler.load_state_dict(_state(**changes))
+    assert sampler.state_dict() == before
+    untouched = DistributedSampler(range(10), 2, 0, seed=1)
+    untouched.set_epoch(3)
+    assert list(sampler) == list(untouched)
+
+
+def test_non_dict_state_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="expected a dict"):
+        DistributedSampler(range(10), 1, 0).load_state_dict([1, 2])  # type: ignore[arg-type]
+
+
+def test_iteration_is_lazy() -> None:
+    sampler = DistributedSampler(range(10**8), 8, 0, algorithm="feistel")
+    iterator = iter(sampler)
+    assert isinstance(next(iterator), int)
+    assert sampler.state_dict()["consumed"] == 8  # one sample on each of 8 ranks
