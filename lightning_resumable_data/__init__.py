@@ -7,7 +7,20 @@ Example:
     [1, 3, 5, 7]
 """
 
-from lightning_resumable_data.samplers import DistributedSampler
+from lightning_resumable_data.loader import StatefulDataLoader
+from lightning_resumable_data.randomness import SampleKey, sample_rng
+from lightning_resumable_data.samplers import (
+    DistributedSampler,
+    RepeatBatchSampler,
+    RepeatSampler,
+    ReproducibleShuffleBatchSampler,
+    ReproducibleShuffleSampler,
+    ResumableSequentialSampler,
+    ShardBatchSampler,
+    ShardSampler,
+    SkipBatchSampler,
+    SkipSampler,
+)
 from lightning_resumable_data.state import (
     STATE_VERSION,
     ResumeWarning,
@@ -19,7 +32,19 @@ __version__ = "0.1.0"
 __all__ = [
     "STATE_VERSION",
     "DistributedSampler",
+    "RepeatBatchSampler",
+    "RepeatSampler",
+    "ReproducibleShuffleBatchSampler",
+    "ReproducibleShuffleSampler",
+    "ResumableSequentialSampler",
     "ResumeWarning",
+    "SampleKey",
+    "ShardBatchSampler",
+    "ShardSampler",
+    "SkipBatchSampler",
+    "SkipSampler",
     "StateMismatchError",
+    "StatefulDataLoader",
     "__version__",
+    "sample_rng",
 ]

@@ -58,9 +58,7 @@ def worker_seed(seed: int, epoch: int, rank: int) -> int:
         >>> worker_seed(0, 1, 0) == worker_seed(0, 1, 0) != worker_seed(0, 1, 1)
         True
     """
-    state = np.random.SeedSequence([seed, epoch, rank, _WORKER_STREAM]).generate_state(
-        1, np.uint64
-    )
+    state = np.random.SeedSequence([seed, epoch, rank, _WORKER_STREAM]).generate_state(1, np.uint64)
     return int(state[0] >> np.uint64(1))
 
 
@@ -79,11 +77,13 @@ class SampleKey(int):
     position: int
 
     def __new__(cls, index: int, *, seed: int, epoch: int, position: int) -> SampleKey:
+        """Make a key for dataset index ``index``."""
         key = super().__new__(cls, index)
         key.seed, key.epoch, key.position = seed, epoch, position
         return key
 
     def __reduce__(self) -> tuple[object, ...]:
+        """Pickle with the key, so that workers receive it intact."""
         return (_rebuild_key, (int(self), self.seed, self.epoch, self.position))
 
     def __repr__(self) -> str:
@@ -116,5 +116,5 @@ def make_sample_keys(
     """
     return [
         SampleKey(index, seed=seed, epoch=epoch, position=position)
-        for index, position in zip(indices.tolist(), positions.tolist())
+        for index, position in zip(indices.tolist(), positions.tolist(), strict=False)
     ]

@@ -87,8 +87,9 @@ def check_state(
     """
     prefix = f"Cannot load this state into {kind}:"
     if not isinstance(state, Mapping):
-        raise TypeError(f"{prefix} expected a dict from {kind}.state_dict(), got "
-                        f"{type(state).__name__}.")
+        raise TypeError(
+            f"{prefix} expected a dict from {kind}.state_dict(), got {type(state).__name__}."
+        )
     version = state.get("version")
     if version != STATE_VERSION:
         raise StateMismatchError(
@@ -109,7 +110,7 @@ def check_state(
                 f"{prefix} key {key!r} is {'missing' if key not in state else repr(value)}; "
                 f"expected {_type_name(expected)}. The state is truncated or corrupted."
             )
-        if expected is int and value < 0:
+        if isinstance(value, int) and value < 0:
             raise StateMismatchError(f"{prefix} key {key!r}={value} must be >= 0.")
     saved = state.get("fingerprint")
     if not isinstance(saved, Mapping):

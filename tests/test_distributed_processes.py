@@ -15,9 +15,19 @@ SCRIPTS = Path(__file__).parent / "scripts"
 def torchrun(script: str, *args: str, nproc: int = 2) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
-        "--master-port", "0", "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0",
-        str(SCRIPTS / script), *args,
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        str(nproc),
+        "--master-port",
+        "0",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        "localhost:0",
+        str(SCRIPTS / script),
+        *args,
     ]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -31,8 +41,14 @@ def test_two_processes_take_ranks_from_the_group_and_resume(tmp_path: Path) -> N
     assert [r["rank"] for r in reports] == [0, 1]
     assert {r["world"] for r in reports} == {2}
     for report in reports:  # each rank read exactly torch's shard for its rank
-        expected = torch.utils.data.DistributedSampler(range(101), 2, report["rank"], seed=3)
+        expected: torch.utils.data.DistributedSampler[int] = torch.utils.data.DistributedSampler(
+            range(101),  # type: ignore[arg-type]
+            2,
+            report["rank"],
+            seed=3,
+        )
         expected.set_epoch(1)
         assert report["first"] + report["rest"] == list(expected)
     everything = [i for r in reports for i in r["first"] + r["rest"]]
-    assert set(everything) == set(range(101)) and len(everything) == 102  # one pad
+    assert set(everything) == set(range(101))
+    assert len(everything) == 102

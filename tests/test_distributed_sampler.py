@@ -8,9 +8,9 @@ from hypothesis import strategies as st
 from resume_helpers import assert_resumes
 
 from lightning_resumable_data import DistributedSampler, ResumeWarning, StateMismatchError
-from lightning_resumable_data.index import samples_per_rank
+from lightning_resumable_data.index import PermutationAlgorithm, samples_per_rank
 
-ALGORITHMS = ["randperm", "feistel"]
+ALGORITHMS: list[PermutationAlgorithm] = ["randperm", "feistel"]
 
 
 @given(
@@ -27,7 +27,14 @@ def test_equals_torch_distributed_sampler(
     n: int, world: int, data: st.DataObject, seed: int, epoch: int, shuffle: bool, drop_last: bool
 ) -> None:
     rank = data.draw(st.integers(0, world - 1))
-    theirs = torch.utils.data.DistributedSampler(range(n), world, rank, shuffle, seed, drop_last)
+    theirs: torch.utils.data.DistributedSampler[int] = torch.utils.data.DistributedSampler(
+        range(n),  # type: ignore[arg-type]
+        world,
+        rank,
+        shuffle,
+        seed,
+        drop_last,
+    )
     ours = DistributedSampler(range(n), world, rank, shuffle, seed, drop_last)
     theirs.set_epoch(epoch)
     ours.set_epoch(epoch)
@@ -38,7 +45,12 @@ def test_equals_torch_distributed_sampler(
 
 def test_large_epoch_equals_torch_across_chunks() -> None:
     n = 200_003  # several internal chunks, odd length
-    theirs = torch.utils.data.DistributedSampler(range(n), 3, 2, seed=11)
+    theirs: torch.utils.data.DistributedSampler[int] = torch.utils.data.DistributedSampler(
+        range(n),  # type: ignore[arg-type]
+        3,
+        2,
+        seed=11,
+    )
     ours = DistributedSampler(range(n), 3, 2, seed=11)
     assert list(ours) == list(theirs)
 
@@ -51,10 +63,10 @@ def test_large_epoch_equals_torch_across_chunks() -> None:
     drop_last=st.booleans(),
 )
 def test_ranks_are_disjoint_and_cover_the_epoch(
-    algorithm: str, n: int, world: int, shuffle: bool, drop_last: bool
+    algorithm: PermutationAlgorithm, n: int, world: int, shuffle: bool, drop_last: bool
 ) -> None:
     shards = [
-        list(DistributedSampler(range(n), world, r, shuffle, 3, drop_last, algorithm=algorithm))  # type: ignore[arg-type]
+        list(DistributedSampler(range(n), world, r, shuffle, 3, drop_last, algorithm=algorithm))
         for r in range(world)
     ]
     per_rank = samples_per_rank(n, world, drop_last)
@@ -76,7 +88,7 @@ def test_ranks_are_disjoint_and_cover_the_epoch(
 )
 @settings(max_examples=60)
 def test_save_anywhere_and_resume_exactly(
-    algorithm: str, n: int, world: int, data: st.DataObject, drop_last: bool
+    algorithm: PermutationAlgorithm, n: int, world: int, data: st.DataObject, drop_last: bool
 ) -> None:
     rank = data.draw(st.integers(0, world - 1))
     k = data.draw(st.integers(0, samples_per_rank(n, world, drop_last)))
@@ -84,7 +96,12 @@ def test_save_anywhere_and_resume_exactly(
 
     def make() -> DistributedSampler:
         return DistributedSampler(
-            range(n), world, rank, seed=5, drop_last=drop_last, algorithm=algorithm  # type: ignore[arg-type]
+            range(n),
+            world,
+            rank,
+            seed=5,
+            drop_last=drop_last,
+            algorithm=algorithm,
         )
 
     assert_resumes(make, epoch, k)
@@ -100,13 +117,20 @@ def test_save_anywhere_and_resume_exactly(
 )
 @settings(max_examples=80)
 def test_elastic_resume_sees_every_sample_once(
-    algorithm: str, n: int, world: int, new_world: int, data: st.DataObject, drop_last: bool
+    algorithm: PermutationAlgorithm,
+    n: int,
+    world: int,
+    new_world: int,
+    data: st.DataObject,
+    drop_last: bool,
 ) -> None:
     steps = data.draw(st.integers(0, samples_per_rank(n, world, drop_last)))
     consumed: list[int] = []
     state: dict[str, Any] = {}
     for rank in range(world):  # every rank trains `steps` samples, then the job dies
-        sampler = DistributedSampler(range(n), world, rank, drop_last=drop_last, algorithm=algorithm)  # type: ignore[arg-type]
+        sampler = DistributedSampler(
+            range(n), world, rank, drop_last=drop_last, algorithm=algorithm
+        )
         sampler.set_epoch(2)
         iterator = iter(sampler)
         consumed += itertools.islice(iterator, steps)
@@ -115,7 +139,9 @@ def test_elastic_resume_sees_every_sample_once(
     assert state["consumed"] == steps * world
     rest: list[int] = []
     for rank in range(new_world):  # every new rank loads rank 0's state
-        sampler = DistributedSampler(range(n), new_world, rank, drop_last=drop_last, algorithm=algorithm)  # type: ignore[arg-type]
+        sampler = DistributedSampler(
+            range(n), new_world, rank, drop_last=drop_last, algorithm=algorithm
+        )
         sampler.load_state_dict(state)
         sampler.set_epoch(2)
         rest += list(sampler)
@@ -154,7 +180,8 @@ def test_set_epoch_keeps_or_discards_a_restored_position() -> None:
 def test_feistel_handles_ten_billion_samples_lazily() -> None:
     sampler = DistributedSampler(range(10**10), 8, 3, seed=1, algorithm="feistel")
     first = list(itertools.islice(iter(sampler), 1000))
-    assert len(set(first)) == 1000 and max(first) < 10**10
+    assert len(set(first)) == 1000
+    assert max(first) < 10**10
     assert sampler.state_dict()["consumed"] == 8000
 
 

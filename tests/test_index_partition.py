@@ -52,7 +52,10 @@ def test_suffix_restride_reads_every_remaining_position_once(
         assert remaining - len(after) in range(new_world)  # dropped tail < new_world
     else:
         assert len(after) - remaining in range(new_world)  # padded tail < new_world
-    counts = {len(span_positions(rank_span(n, new_world, r, drop_last, consumed))) for r in range(new_world)}
+    counts = {
+        len(span_positions(rank_span(n, new_world, r, drop_last, consumed)))
+        for r in range(new_world)
+    }
     assert len(counts) == 1  # every rank reads the same number: no DDP hang
 
 

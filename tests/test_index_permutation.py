@@ -69,7 +69,8 @@ def test_feistel_shuffles_well() -> None:
 def test_feistel_huge_domain_is_cheap() -> None:
     values = feistel_slice(10**10, seed=0, epoch=0, start=10**10 - 1000, stop=10**10)
     assert values.shape == (1000,)
-    assert values.max() < 10**10 and len(np.unique(values)) == 1000
+    assert values.max() < 10**10
+    assert len(np.unique(values)) == 1000
 
 
 def test_bad_arguments_are_explained() -> None:
@@ -77,7 +78,7 @@ def test_bad_arguments_are_explained() -> None:
         check_algorithm("fisher-yates")
     with pytest.raises(ValueError, match=r"seed=-1 must be in \[0, 2\*\*63 - 1\]"):
         randperm(10, -1)
-    with pytest.raises(TypeError, match="seed=1.5 must be an int"):
+    with pytest.raises(TypeError, match=r"seed=1\.5 must be an int"):
         feistel_keys(1.5, 0)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="must satisfy 0 <= start <= stop <= n=10"):
         feistel_slice(10, 0, 0, 5, 11)

@@ -33,8 +33,8 @@ __all__ = [
     "feistel_keys",
     "feistel_permute",
     "feistel_slice",
-    "rank_span",
     "randperm",
+    "rank_span",
     "samples_per_rank",
     "span_positions",
 ]

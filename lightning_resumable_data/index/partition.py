@@ -98,9 +98,7 @@ def epoch_total_size(n: int, num_replicas: int, drop_last: bool) -> int:
     return samples_per_rank(n, num_replicas, drop_last) * num_replicas
 
 
-def rank_span(
-    n: int, num_replicas: int, rank: int, drop_last: bool, consumed: int = 0
-) -> RankSpan:
+def rank_span(n: int, num_replicas: int, rank: int, drop_last: bool, consumed: int = 0) -> RankSpan:
     """Return the padded-order positions rank ``rank`` reads after ``consumed`` samples.
 
     Args:

@@ -11,8 +11,9 @@ Two algorithms, chosen by name (:data:`PermutationAlgorithm`):
     O(n) time and 4 (n < 2**31) or 8 bytes per index of memory.
 
 ``"feistel"``
-    A keyed pseudo-random permutation of ``[0, n)``: a Feistel network over the smallest
-    power-of-two domain that covers ``n``, with cycle-walking to stay inside ``[0, n)``. Any
+    A keyed pseudo-random permutation of ``[0, n)``: a six-round Feistel network over a
+    mixed-radix domain ``Z_a x Z_b`` (``a ~ b ~ sqrt(n)``, ``a * b >= n``), with
+    cycle-walking for the rare values that land past ``n``. Any
     element or slice ``perm[a:b]`` is computed directly from its positions in O(b - a) time
     and memory, so a 10**10-element epoch costs nothing until it is read. Keys come from
     ``numpy.random.SeedSequence([seed, epoch, stream])``: (seed=1, epoch=0) and
@@ -28,6 +29,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from typing import Final, Literal, get_args
 
 import numpy as np
@@ -115,49 +117,56 @@ def feistel_keys(seed: int, epoch: int, rounds: int = FEISTEL_ROUNDS) -> NDArray
     if epoch < 0:
         raise ValueError(f"epoch={epoch} must be >= 0.")
     sequence = np.random.SeedSequence([int(seed), int(epoch), _PERMUTATION_STREAM])
-    return sequence.generate_state(rounds, dtype=np.uint64)
+    keys: NDArray[np.uint64] = sequence.generate_state(rounds, dtype=np.uint64).astype(np.uint64)
+    return keys
 
 
-def _domain_bits(n: int) -> tuple[int, int]:
-    """Split the bits of the smallest power-of-two domain >= n into (high, low) halves."""
-    bits = max(2, (n - 1).bit_length())
-    return bits - bits // 2, bits // 2
+def _radices(n: int) -> tuple[int, int]:
+    """Split ``[0, n)`` into a mixed-radix domain ``Z_a x Z_b`` with ``a ~ b ~ sqrt(n)``.
+
+    ``a * b - n < a``, so cycle-walking almost never has to re-apply the network.
+    """
+    a = max(2, math.isqrt(n - 1) + 1)  # ceil(sqrt(n))
+    return a, max(2, -(-n // a))
 
 
 def _round_function(
-    half: NDArray[np.uint64], key: np.uint64, out_bits: int, scratch: NDArray[np.uint64]
+    half: NDArray[np.uint64], key: np.uint64, modulus: int, scratch: NDArray[np.uint64]
 ) -> NDArray[np.uint64]:
-    """Mix ``half`` with ``key`` (splitmix64 finaliser); keep the top ``out_bits`` bits.
+    """Mix ``half`` with ``key`` (splitmix64 finaliser) into ``[0, modulus)``.
 
-    Works in place on a fresh array and one scratch buffer: no other temporaries.
+    The top 32 bits of the hash are scaled into range by a multiply-shift (``modulus`` is
+    below 2**32 for any ``n`` below 2**64). Works in place on one fresh array.
     """
     h = np.bitwise_xor(half, key)
     h *= _MIX_1
     np.right_shift(h, np.uint64(31), out=scratch)
     h ^= scratch
     h *= _MIX_2
-    np.right_shift(h, np.uint64(29), out=scratch)
-    h ^= scratch
-    h >>= np.uint64(64 - out_bits)
+    h >>= np.uint64(32)
+    h *= np.uint64(modulus)
+    h >>= np.uint64(32)
     return h
 
 
 def _feistel_once(
-    x: NDArray[np.uint64], keys: NDArray[np.uint64], high_bits: int, low_bits: int
+    x: NDArray[np.uint64], keys: NDArray[np.uint64], a: int, b: int
 ) -> NDArray[np.uint64]:
-    """One pass of the (unbalanced) Feistel network: a bijection of ``[0, 2**bits)``."""
-    high = x >> np.uint64(low_bits)
-    low = x & np.uint64((1 << low_bits) - 1)
+    """One pass of the mixed-radix Feistel network: a bijection of ``[0, a * b)``."""
+    high = x // np.uint64(b)  # in Z_a
+    low = x - high * np.uint64(b)  # in Z_b
     scratch = np.empty_like(x)
     for key in keys:
-        # (high, low) -> (low, high ^ F(low)); the two widths swap every round.
-        mixed = _round_function(low, key, high_bits, scratch)
-        mixed ^= high
+        # (high in Z_p, low in Z_q) -> (low, (high + F(low)) mod p); p and q swap roles.
+        mixed = _round_function(low, key, a, scratch)
+        mixed += high
+        mixed -= np.uint64(a) * (mixed >= np.uint64(a))
         high, low = low, mixed
-        high_bits, low_bits = low_bits, high_bits
-    high <<= np.uint64(low_bits)
-    high |= low
-    return high
+        a, b = b, a
+    high *= np.uint64(b)
+    high += low
+    result: NDArray[np.uint64] = high
+    return result
 
 
 def feistel_permute(
@@ -165,8 +174,8 @@ def feistel_permute(
 ) -> NDArray[np.int64]:
     """Map ``positions`` (values in ``[0, n)``) through the keyed permutation of ``[0, n)``.
 
-    Cycle-walking re-applies the network to the few values that land in ``[n, 2**bits)``;
-    the domain is less than ``2 n``, so each value needs fewer than two passes on average.
+    Cycle-walking re-applies the network to the few values that land in ``[n, a * b)``;
+    the domain exceeds ``n`` by less than ``sqrt(n) + 1``, so that is rare.
 
     Example:
         >>> keys = feistel_keys(seed=0, epoch=0)
@@ -176,11 +185,13 @@ def feistel_permute(
     """
     if n <= 0:
         raise ValueError(f"n={n} must be > 0.")
-    high_bits, low_bits = _domain_bits(n)
-    x = _feistel_once(np.asarray(positions, dtype=np.uint64), keys, high_bits, low_bits)
+    if n >= 2**64:
+        raise ValueError(f"n={n} must be < 2**64.")
+    a, b = _radices(n)
+    x = _feistel_once(np.asarray(positions, dtype=np.uint64), keys, a, b)
     outside = np.flatnonzero(x >= np.uint64(n))
     while outside.size:
-        walked = _feistel_once(x[outside], keys, high_bits, low_bits)
+        walked = _feistel_once(x[outside], keys, a, b)
         x[outside] = walked
         outside = outside[walked >= np.uint64(n)]
     return x.view(np.int64)

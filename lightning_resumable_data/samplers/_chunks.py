@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import operator
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -33,10 +34,13 @@ class ChunkStream:
         self._current_length = 0
 
     def __iter__(self) -> Iterator[Any]:
-        for chunk in self._chunks:
-            self._finished_chunks += self._current_length
-            self._current, self._current_length = iter(chunk), len(chunk)
-            yield from self._current
+        # chain.from_iterable walks each list in C: no Python frame per item.
+        return itertools.chain.from_iterable(self._track(chunk) for chunk in self._chunks)
+
+    def _track(self, chunk: list[Any]) -> Iterator[Any]:
+        self._finished_chunks += self._current_length
+        self._current, self._current_length = iter(chunk), len(chunk)
+        return self._current
 
     @property
     def yielded(self) -> int:

@@ -116,7 +116,14 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
         seed = check_non_negative_int("seed", seed)
         if seed >= 2**63:
             raise ValueError(f"seed={seed} must be < 2**63.")
-        super().__init__(dataset, num_replicas, rank, bool(shuffle), seed, bool(drop_last))
+        super().__init__(
+            dataset,  # type: ignore[arg-type]  # torch only needs len(dataset)
+            num_replicas,
+            rank,
+            bool(shuffle),
+            seed,
+            bool(drop_last),
+        )
         self.algorithm: PermutationAlgorithm = check_algorithm(algorithm)
         self.dataset_length = length
         self.sample_keys = bool(sample_keys)
@@ -170,17 +177,23 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
         self._stream = None
 
     def set_skip(self, samples: int) -> None:
-        """Start the next ``__iter__`` (only) after the first ``samples`` of this rank's share.
+        """Skip ``samples`` more of this rank's share in the next ``__iter__`` only.
 
-        ``samples`` counts this rank's samples from the start of the epoch
-        (``batches * batch_size``); all ranks skip the same amount, so the epoch resumes at
-        global position ``samples * num_replicas``. It replaces a position restored by
-        :meth:`load_state_dict`: the last of the two calls wins.
+        ``samples`` counts this rank's samples (``batches * batch_size``); all ranks skip
+        the same amount, so the start moves by ``samples * num_replicas`` global samples,
+        from the epoch's beginning or from a position restored by :meth:`load_state_dict`.
         """
-        self._resume_at = check_non_negative_int("samples", samples) * self.num_replicas
+        self._resume_at += check_non_negative_int("samples", samples) * self.num_replicas
         self._stream = None
 
     def __iter__(self) -> Iterator[int]:
+        # The position is taken when iteration really starts (the first ``next``), not
+        # here: torch's multi-worker DataLoader calls ``iter(sampler)`` twice and discards
+        # the first iterator, which must not use up a one-shot resume position.
+        self._stream = None
+        return self._iterate()
+
+    def _iterate(self) -> Iterator[int]:
         start, self._resume_at = self._resume_at, 0
         span = rank_span(
             self.dataset_length, self.num_replicas, self.rank, self.drop_last, consumed=start
@@ -192,11 +205,13 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
             for begin in range(0, span.count, CHUNK_SIZE):
                 positions = span_positions(span, begin, begin + CHUNK_SIZE)
                 indices = order(positions % n)
-                yield make_sample_keys(indices, positions, seed, epoch) if keyed else indices.tolist()
+                yield (
+                    make_sample_keys(indices, positions, seed, epoch) if keyed else indices.tolist()
+                )
 
         self._started_at = start
         self._stream = ChunkStream(chunks())
-        return iter(self._stream)
+        yield from self._stream
 
     def __len__(self) -> int:
         """Samples this rank reads in a full epoch (torch's ``num_samples``)."""

@@ -1,0 +1,446 @@
+"""The stateful data loader: a small, global, rank-independent position and an O(1) resume.
+
+Built as a subclass of torchdata's ``StatefulDataLoader`` (so it is accepted wherever that
+one is, and its per-worker state path stays available as a fallback) that replaces the
+state for the samplers of this package by one global position.
+"""
+
+from __future__ import annotations
+
+import warnings
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Sized
+from typing import Any, Final, Literal, Protocol, runtime_checkable
+
+import torch
+from torch.utils.data import BatchSampler, Dataset, IterableDataset, Sampler
+from torchdata.stateful_dataloader import StatefulDataLoader as _TorchdataLoader
+
+from lightning_resumable_data.randomness import worker_seed
+from lightning_resumable_data.samplers.distributed import check_non_negative_int
+from lightning_resumable_data.state import StateMismatchError, check_state, make_state
+
+__all__ = ["PositionSampler", "SkippableSampler", "StatefulDataLoader"]
+
+ResumeMode = Literal["position", "skip", "torchdata"]
+
+
+@runtime_checkable
+class SkippableSampler(Protocol):
+    """A sampler that can start its next iteration after ``samples`` of this epoch."""
+
+    def set_epoch(self, epoch: int) -> None: ...  # noqa: D102
+    def set_skip(self, samples: int) -> None: ...  # noqa: D102
+
+
+@runtime_checkable
+class PositionSampler(SkippableSampler, Protocol):
+    """A sampler whose position is global: ``epoch`` and ``consumed`` in its state.
+
+    The samplers of this package that implement it (``DistributedSampler``,
+    ``MixtureSampler``) resume under any world size.
+    """
+
+    num_replicas: int
+
+    @property
+    def consumed(self) -> int: ...  # noqa: D102
+    def state_dict(self) -> dict[str, Any]: ...  # noqa: D102
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...  # noqa: D102
+
+
+class StatefulDataLoader(_TorchdataLoader[Any]):
+    """A ``DataLoader`` whose position can be saved on any rank and restored in O(1).
+
+    It counts batches as they leave the loader (not as workers fetch them), calls
+    ``sampler.set_epoch`` at the top of every ``__iter__`` and moves to the next epoch when
+    an iterator is exhausted (or abandoned: a new ``__iter__`` before the end starts the
+    next epoch, as Lightning's ``limit_train_batches`` expects). Its state is the same on
+    every rank, so the copy rank 0 writes into a checkpoint restores every rank.
+
+    How it resumes depends on the sampler (of ``sampler=`` or of a ``BatchSampler``):
+
+    * a :class:`PositionSampler` (this package's ``DistributedSampler``): the state holds
+      the global samples consumed in the epoch (``batches * batch_size * world_size``);
+      the resume is O(1) and exact, and also exact under another world size or batch size
+      (the rest of the epoch is strided over the new ranks);
+    * a :class:`SkippableSampler` (``set_skip``/``set_epoch``, e.g. the composable samplers or a
+      ``batch_sampler=`` that skips batches): the state holds the batches yielded, and the
+      resume calls ``set_skip``; the world size must not change;
+    * anything else: torchdata's per-rank state, which resumes by replaying the sampler
+      (O(position)) and does not survive a change of world size; a one-time warning says
+      so. Iterable datasets that implement ``state_dict`` always use this path.
+
+    Worker RNGs: unless ``generator=`` is given, each epoch's workers are seeded from
+    (seed, epoch, rank, worker id), never from the parent's RNG state. Augmentations that
+    must be identical after a resume with another ``num_workers`` or world size should use
+    ``DistributedSampler(sample_keys=True)`` (see :mod:`lightning_resumable_data.randomness`).
+
+    State keys: ``version``, ``kind``, ``fingerprint`` (``mode``, ``dataset_length``),
+    ``epoch``, ``batches_yielded``, ``batch_size``, ``consumed`` (position mode),
+    ``num_replicas``, ``sampler`` (the sampler's state at this position) or ``torchdata``.
+
+    Args:
+        dataset: The dataset.
+        batch_size: Samples per batch on this rank.
+        shuffle: Not allowed with a sampler; a plain ``shuffle=True`` makes torch's
+            ``RandomSampler`` (torchdata path).
+        sampler: Usually :class:`~lightning_resumable_data.DistributedSampler`.
+        batch_sampler: A batch sampler; mutually exclusive with ``batch_size``, ``sampler``.
+        num_workers: Worker processes.
+        collate_fn: Batch collation.
+        pin_memory: Pin batches in page-locked memory.
+        drop_last: Drop the last incomplete batch of an epoch.
+        timeout: Seconds to wait for a batch from the workers.
+        worker_init_fn: Called in each worker after it is seeded.
+        multiprocessing_context: Worker start method.
+        generator: Overrides the derived worker seeds (torchdata path: also the shuffle).
+        prefetch_factor: Batches each worker loads ahead.
+        persistent_workers: Keep workers alive between epochs.
+        pin_memory_device: Device of the pinned memory.
+        in_order: Yield batches in sampler order.
+        seed: Seed of the worker RNGs; defaults to the sampler's ``seed``, else 0.
+        max_epochs: Refuse a state whose epoch is beyond this (the run's last epoch).
+
+    Example:
+        >>> from lightning_resumable_data import DistributedSampler
+        >>> sampler = DistributedSampler(range(12), num_replicas=2, rank=0, seed=0)
+        >>> loader = StatefulDataLoader(range(12), batch_size=2, sampler=sampler)
+        >>> it = iter(loader)
+        >>> first = next(it)
+        >>> state = loader.state_dict()
+        >>> state["epoch"], state["consumed"]
+        (0, 4)
+        >>> resumed = StatefulDataLoader(range(12), batch_size=2, sampler=DistributedSampler(
+        ...     range(12), num_replicas=2, rank=0, seed=0))
+        >>> resumed.load_state_dict(state)
+        >>> [b.tolist() for b in resumed] == [b.tolist() for b in it]
+        True
+    """
+
+    KIND: Final = "StatefulDataLoader"
+
+    def __init__(
+        self,
+        dataset: Dataset[Any] | Iterable[Any],
+        batch_size: int | None = 1,
+        shuffle: bool | None = None,
+        sampler: Sampler[Any] | Iterable[Any] | None = None,
+        batch_sampler: Sampler[list[Any]] | Iterable[list[Any]] | None = None,
+        num_workers: int = 0,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+        pin_memory: bool = False,
+        drop_last: bool = False,
+        timeout: float = 0,
+        worker_init_fn: Callable[[int], None] | None = None,
+        multiprocessing_context: Any = None,
+        generator: torch.Generator | None = None,
+        *,
+        prefetch_factor: int | None = None,
+        persistent_workers: bool = False,
+        pin_memory_device: str = "",
+        in_order: bool = True,
+        seed: int | None = None,
+        max_epochs: int | None = None,
+    ) -> None:
+        with warnings.catch_warnings():  # torchdata calls a deprecated torch API on init
+            warnings.filterwarnings("ignore", message=".*set_vital.*is deprecated")
+            super().__init__(
+                dataset,  # type: ignore[arg-type]
+                batch_size=batch_size,
+                shuffle=shuffle,
+                sampler=sampler,
+                batch_sampler=batch_sampler,
+                num_workers=num_workers,
+                collate_fn=collate_fn,
+                pin_memory=pin_memory,
+                drop_last=drop_last,
+                timeout=timeout,
+                worker_init_fn=worker_init_fn,
+                multiprocessing_context=multiprocessing_context,
+                generator=generator,
+                prefetch_factor=prefetch_factor,
+                persistent_workers=persistent_workers,
+                pin_memory_device=pin_memory_device,
+                in_order=in_order,
+            )
+        self.position_sampler = self._find_sampler()
+        self.resume_mode: ResumeMode = self._choose_mode()
+        if self.resume_mode != "torchdata":
+            self.snapshot_every_n_steps = 0  # workers need not send torchdata snapshots
+        self.max_epochs = (
+            None if max_epochs is None else check_non_negative_int("max_epochs", max_epochs)
+        )
+        sampler_seed = getattr(self.position_sampler, "seed", 0)
+        self.seed = check_non_negative_int("seed", sampler_seed if seed is None else seed)
+        self._user_generator = generator is not None
+        self._progress = _Progress()
+        self._live: weakref.ref[_CountingIterator] | None = None
+        self._warned_replay = False
+        self._check_batches_fit()
+
+    # -- what kind of resume is possible -------------------------------------------------
+
+    def _find_sampler(self) -> object:
+        """The sampler that orders the samples: the batch sampler's, or the batch sampler."""
+        if isinstance(self.dataset, IterableDataset):
+            return None
+        if isinstance(self.batch_sampler, BatchSampler):
+            return self.batch_sampler.sampler
+        return self.batch_sampler if self.batch_sampler is not None else self.sampler
+
+    def _choose_mode(self) -> ResumeMode:
+        if isinstance(self.position_sampler, PositionSampler) and self._unit() == "samples":
+            return "position"
+        if isinstance(self.position_sampler, SkippableSampler):
+            return "skip"
+        return "torchdata"
+
+    def _unit(self) -> Literal["samples", "batches"]:
+        """What ``set_skip`` counts: samples, unless a custom batch sampler skips batches."""
+        custom_batches = self.batch_sampler is not None and not isinstance(
+            self.batch_sampler, BatchSampler
+        )
+        return "batches" if custom_batches else "samples"
+
+    @property
+    def _batch_samples(self) -> int:
+        if isinstance(self.batch_sampler, BatchSampler):
+            return int(self.batch_sampler.batch_size)
+        return 1
+
+    @property
+    def _num_replicas(self) -> int:
+        return int(getattr(self.position_sampler, "num_replicas", 1))
+
+    def _check_batches_fit(self) -> None:
+        if not (isinstance(self.batch_sampler, BatchSampler) and self.batch_sampler.drop_last):
+            return
+        share = (
+            len(self.batch_sampler.sampler)
+            if isinstance(self.batch_sampler.sampler, Sized)
+            else None
+        )
+        if share is not None and self._batch_samples > share:
+            raise ValueError(
+                f"batch_size={self._batch_samples} is larger than this rank's share of the "
+                f"epoch ({share} samples) and drop_last=True, so every epoch would be empty. "
+                "Use a smaller batch_size, drop_last=False, or fewer ranks."
+            )
+
+    # -- iteration -------------------------------------------------------------------------
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next (or live) iterator reads."""
+        return self._progress.epoch
+
+    @property
+    def batches_yielded(self) -> int:
+        """Batches of the current epoch that have left the loader."""
+        return self._progress.batches_yielded
+
+    def set_epoch(self, epoch: int) -> None:
+        """Read ``epoch`` next; its beginning unless a restored position is for ``epoch``."""
+        epoch = check_non_negative_int("epoch", epoch)
+        if epoch != self._progress.epoch:
+            self._progress = _Progress(epoch=epoch)
+
+    def _live_iterator(self) -> _CountingIterator | None:
+        live = self._live() if self._live is not None else None
+        return live if live is not None and not live.finished else None
+
+    def __iter__(self) -> _CountingIterator:  # type: ignore[override]
+        if self._progress.iterating:
+            self._progress.end_epoch()  # abandoned mid-epoch: the next pass is the next epoch
+        progress, sampler = self._progress, self.position_sampler
+        progress.iterating = True
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(progress.epoch)
+        if self.resume_mode == "position":
+            assert isinstance(sampler, PositionSampler)
+            progress.epoch_start = sampler.consumed - progress.batches_yielded * self._step_samples
+        elif self.resume_mode == "skip" and hasattr(sampler, "state_dict"):
+            # The sampler's state where this iteration begins: a resume loads it and skips
+            # the batches yielded since (the sampler's live state runs ahead by the prefetch).
+            progress.origin = sampler.state_dict()
+        if not self._user_generator:
+            rank = int(getattr(sampler, "rank", 0))
+            self.generator = torch.Generator().manual_seed(
+                worker_seed(self.seed, progress.epoch, rank)
+            )
+        # The iterator shares only the progress counter: no reference cycle back to the
+        # loader, so an abandoned iterator's workers shut down promptly.
+        live = _CountingIterator(progress, super().__iter__())
+        self._live = weakref.ref(live)
+        return live
+
+    @property
+    def _step_samples(self) -> int:
+        """Global samples consumed by one batch on every rank."""
+        return self._batch_samples * self._num_replicas
+
+    # -- state -----------------------------------------------------------------------------
+
+    @property
+    def fingerprint(self) -> dict[str, Any]:
+        """What the loader's position depends on, besides its sampler's own fingerprint."""
+        length = len(self.dataset) if isinstance(self.dataset, Sized) else None
+        return {"mode": self.resume_mode, "dataset_length": length}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position after the last batch that left the loader, identical on every rank."""
+        progress = self._progress
+        position: dict[str, Any] = {
+            "epoch": progress.epoch,
+            "batches_yielded": progress.batches_yielded,
+            "batch_size": self._batch_samples,
+            "num_replicas": self._num_replicas,
+        }
+        sampler = self.position_sampler
+        if self.resume_mode == "position":
+            assert isinstance(sampler, PositionSampler)
+            # A short last batch counts less than a full one; the sampler has drawn at least
+            # what left the loader, so its own count caps ours.
+            counted = progress.epoch_start + progress.batches_yielded * self._step_samples
+            consumed = min(counted, sampler.consumed)
+            position["consumed"] = consumed
+            position["sampler"] = {
+                **sampler.state_dict(),
+                "epoch": progress.epoch,
+                "consumed": consumed,
+            }
+        elif self.resume_mode == "skip":
+            origin = progress.origin
+            if origin is None and hasattr(sampler, "state_dict"):
+                origin = sampler.state_dict()  # not iterating: the pending position
+            if origin is not None:
+                position["sampler"] = origin
+        else:
+            position["torchdata"] = super().state_dict()
+        return make_state(self.KIND, self.fingerprint, **position)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore a position; the next ``__iter__`` continues right after it.
+
+        Raises:
+            RuntimeError: An iterator of this loader is still running.
+            StateMismatchError: The state is of another version, kind, mode or dataset, is
+                malformed, its epoch is beyond ``max_epochs``, or the sampler refuses its
+                part (another seed, dataset size, ...).
+        """
+        if self._live_iterator() is not None:
+            raise RuntimeError(
+                f"{self.KIND}.load_state_dict() was called while an iterator is live (epoch "
+                f"{self.epoch}, {self.batches_yielded} batches yielded). Load the state "
+                "before iterating, or after the epoch ends."
+            )
+        required: dict[str, type | tuple[type, ...]] = {
+            "epoch": int,
+            "batches_yielded": int,
+            "batch_size": int,
+            "num_replicas": int,
+        }
+        if self.resume_mode == "position":
+            required |= {"consumed": int, "sampler": dict}
+        elif self.resume_mode == "torchdata":
+            required["torchdata"] = dict
+        check_state(state_dict, self.KIND, self.fingerprint, required)
+        epoch = state_dict["epoch"]
+        if self.max_epochs is not None and epoch > self.max_epochs:
+            raise StateMismatchError(
+                f"Cannot load this state into {self.KIND}: epoch={epoch} is beyond "
+                f"max_epochs={self.max_epochs}. It belongs to a longer run; raise max_epochs "
+                "to continue it."
+            )
+        self._progress = self._restore(state_dict)
+        self._live = None
+
+    def _restore(self, state: dict[str, Any]) -> _Progress:
+        sampler = self.position_sampler
+        progress = _Progress(epoch=state["epoch"], batches_yielded=state["batches_yielded"])
+        if self.resume_mode == "position":
+            assert isinstance(sampler, PositionSampler)
+            sampler.load_state_dict(state["sampler"])  # validates its fingerprint first
+            same_shape = (state["batch_size"], state["num_replicas"]) == (
+                self._batch_samples,
+                self._num_replicas,
+            )
+            if not same_shape:  # elastic: count batches of the new shape from here
+                progress.batches_yielded = 0
+            progress.epoch_start = state["consumed"] - progress.batches_yielded * self._step_samples
+        elif self.resume_mode == "skip":
+            assert isinstance(sampler, SkippableSampler)
+            if "sampler" in state and hasattr(sampler, "load_state_dict"):
+                sampler.load_state_dict(state["sampler"])
+            if state["num_replicas"] != self._num_replicas:
+                raise StateMismatchError(
+                    f"Cannot load this state into {self.KIND}: it was saved with num_replicas="
+                    f"{state['num_replicas']}, now {self._num_replicas}, and "
+                    f"{type(sampler).__name__} cannot change world size mid-epoch. Use "
+                    "lightning_resumable_data.DistributedSampler for elastic resume."
+                )
+            progress.origin = state.get("sampler")
+            sampler.set_epoch(state["epoch"])
+            unit = state["batch_size"] if self._unit() == "samples" else 1
+            sampler.set_skip(progress.batches_yielded * unit)
+        else:
+            self._warn_replay()
+            super().load_state_dict(state["torchdata"])
+        return progress
+
+    def _warn_replay(self) -> None:
+        if not self._warned_replay:
+            self._warned_replay = True
+            warnings.warn(
+                f"{self.KIND} resumes {type(self.position_sampler).__name__ or 'this dataset'} "
+                "through torchdata's per-rank state: it replays the sampler up to the saved "
+                "position (O(position)) and cannot change world size or num_workers. Use "
+                "lightning_resumable_data.DistributedSampler for an O(1), elastic resume.",
+                UserWarning,
+                stacklevel=3,
+            )
+
+
+class _Progress:
+    """Where the loader stands: epoch, batches yielded, samples consumed before them."""
+
+    def __init__(self, epoch: int = 0, batches_yielded: int = 0) -> None:
+        self.epoch = epoch
+        self.batches_yielded = batches_yielded
+        self.epoch_start = 0  # global samples consumed before this epoch's iterator began
+        self.origin: dict[str, Any] | None = None  # skip mode: sampler state at that start
+        self.iterating = False  # an iterator of this epoch was started and has not ended
+
+    def end_epoch(self) -> None:
+        self.epoch += 1
+        self.batches_yielded = self.epoch_start = 0
+        self.origin = None
+        self.iterating = False
+
+
+class _CountingIterator(Iterator[Any]):
+    """Counts the batches that leave the loader; ends the epoch when exhausted."""
+
+    def __init__(self, progress: _Progress, inner: Iterator[Any]) -> None:
+        self._progress = progress
+        self._inner = inner
+        self.finished = False
+
+    def __iter__(self) -> _CountingIterator:
+        return self
+
+    def __next__(self) -> Any:
+        if self.finished:
+            raise StopIteration
+        try:
+            batch = next(self._inner)
+        except StopIteration:
+            self.finished = True
+            self._progress.end_epoch()
+            raise
+        self._progress.batches_yielded += 1
+        return batch
+
+    def __len__(self) -> int:
+        return len(self._inner)  # type: ignore[arg-type]

@@ -1,0 +1,303 @@
+import functools
+import itertools
+import operator
+from typing import Any
+
+import pytest
+import torch
+from loader_helpers import AugmentedDataset, IndexDataset, as_ids, make_loader, run_epochs, take
+
+from lightning_resumable_data import DistributedSampler, StatefulDataLoader, StateMismatchError
+
+EPOCHS = 2
+N, BATCH = 50, 4  # 13 batches per epoch, the last one of 2 samples
+
+
+def reference(**kwargs: Any) -> list[list[int]]:
+    return run_epochs(make_loader(**kwargs), EPOCHS)
+
+
+@pytest.mark.parametrize("k", [0, 1, 6, 12, 13, 14, 20, 26])
+def test_resume_after_k_batches_equals_uninterrupted(k: int) -> None:
+    expected = reference()
+    assert len(expected) == 26
+    seen, state = take(make_loader(), k)
+    assert seen == expected[:k]
+    resumed = make_loader()
+    resumed.load_state_dict(state)
+    assert run_epochs(resumed, EPOCHS) == expected[k:]
+
+
+@pytest.mark.parametrize(("num_workers", "persistent"), [(2, False), (2, True)])
+@pytest.mark.parametrize("k", [0, 5, 13, 17])
+def test_resume_with_workers(num_workers: int, persistent: bool, k: int) -> None:
+    expected = reference()
+    seen, state = take(
+        make_loader(num_workers=num_workers, persistent_workers=persistent), k
+    )  # the workers prefetch far ahead of k
+    assert seen == expected[:k]
+    if k % 13:  # mid-epoch: the position counts batches trained, not batches prefetched
+        assert state["consumed"] == (k % 13) * BATCH
+    resumed = make_loader(num_workers=num_workers, persistent_workers=persistent)
+    resumed.load_state_dict(state)
+    assert run_epochs(resumed, EPOCHS) == expected[k:]
+
+
+def test_resume_two_and_three_times_in_one_epoch() -> None:
+    expected = reference()
+    loader = make_loader()
+    seen: list[list[int]] = []
+    for k in (3, 2, 4):  # three interruptions within epoch 0
+        chunk, state = take(loader, k)
+        seen += chunk
+        loader = make_loader()
+        loader.load_state_dict(state)
+    assert seen == expected[:9]
+    assert run_epochs(loader, EPOCHS) == expected[9:]
+
+
+def test_state_is_small_global_and_identical_on_every_rank() -> None:
+    states = []
+    for rank in range(3):
+        loader = make_loader(n=60, world=3, rank=rank)
+        take(loader, 2)
+        states.append(loader.state_dict())
+    assert states[0] == states[1] == states[2]
+    assert states[0]["consumed"] == 2 * BATCH * 3
+    assert states[0]["epoch"] == 0
+    assert states[0]["sampler"]["consumed"] == 24
+    assert len(repr(states[0])) < 1000
+
+
+def _elastic_union(
+    n: int, world: int, new_world: int, batch: int, new_batch: int, k: int, drop_last: bool
+) -> list[int]:
+    consumed: list[int] = []
+    state: dict[str, Any] = {}
+    for rank in range(world):
+        loader = make_loader(n=n, world=world, rank=rank, batch_size=batch, drop_last=drop_last)
+        batches, rank_state = take(loader, k)
+        consumed += [i for b in batches for i in b]
+        state = state or rank_state
+    rest: list[int] = []
+    for rank in range(new_world):
+        loader = make_loader(
+            n=n, world=new_world, rank=rank, batch_size=new_batch, drop_last=drop_last
+        )
+        loader.load_state_dict(state)
+        rest += [i for b in as_ids(loader) for i in b]  # the rest of the epoch
+        assert loader.epoch == 1
+    return consumed + rest
+
+
+@pytest.mark.parametrize(
+    ("world", "new_world", "batch", "new_batch"),
+    [(2, 1, 4, 4), (1, 2, 4, 4), (2, 3, 4, 4), (2, 2, 4, 3), (3, 2, 2, 5)],
+)
+@pytest.mark.parametrize("k", [0, 1, 3])
+def test_elastic_resume_sees_every_sample_exactly_once(
+    world: int, new_world: int, batch: int, new_batch: int, k: int
+) -> None:
+    n = 60
+    # Padding the ragged tail (the default): nothing lost, only < new_world pads repeat.
+    padded = _elastic_union(n, world, new_world, batch, new_batch, k, drop_last=False)
+    assert set(padded) == set(range(n))
+    assert len(padded) - n < new_world
+    # drop_last: nothing twice, only a < new_world tail dropped (a small last batch is
+    # dropped too, as without a resume).
+    dropped = _elastic_union(n, world, new_world, batch, new_batch, k, drop_last=True)
+    assert len(dropped) == len(set(dropped))
+    assert n - len(dropped) < new_world + new_world * new_batch
+
+
+def test_sample_keys_make_augmentations_survive_a_change_of_workers() -> None:
+    dataset = AugmentedDataset(40)
+
+    def loader(workers: int) -> StatefulDataLoader:
+        return make_loader(n=40, dataset=dataset, num_workers=workers, sample_keys=True)
+
+    expected = run_epochs(loader(0), 2)
+    seen, state = take(loader(2), 7)
+    resumed = loader(0)  # another num_workers after the resume
+    resumed.load_state_dict(state)
+    assert seen + run_epochs(resumed, 2) == expected
+
+
+def test_worker_rngs_come_from_seed_epoch_rank_and_worker() -> None:
+    def draws(rank: int, global_seed: int) -> list[list[int]]:
+        torch.manual_seed(global_seed)  # the parent's RNG must not matter
+        loader = make_loader(n=16, world=2, rank=rank, dataset=AugmentedDataset(16), num_workers=2)
+        return run_epochs(loader, 1)
+
+    assert draws(0, 1) == draws(0, 2)
+    assert [b[1::2] for b in draws(0, 1)] != [b[1::2] for b in draws(1, 1)]
+
+
+def test_loader_without_explicit_epoch_advances_and_reshuffles() -> None:
+    loader = make_loader()
+    first, second = as_ids(loader), as_ids(loader)
+    assert loader.epoch == 2
+    assert first != second
+    assert sorted(functools.reduce(operator.iadd, first, [])) == sorted(
+        functools.reduce(operator.iadd, second, [])
+    )
+
+
+def test_an_abandoned_iterator_starts_the_next_epoch() -> None:
+    loader = make_loader()
+    next(iter(loader))
+    assert loader.epoch == 0
+    assert loader.batches_yielded == 1
+    iter(loader)
+    assert loader.epoch == 1
+    assert loader.batches_yielded == 0
+
+
+def test_batch_sampler_over_our_sampler_resumes_by_position() -> None:
+    def make() -> StatefulDataLoader:
+        sampler = DistributedSampler(IndexDataset(30), 1, 0, seed=4)
+        batches = torch.utils.data.BatchSampler(sampler, 4, drop_last=False)
+        return StatefulDataLoader(IndexDataset(30), batch_sampler=batches)
+
+    expected = run_epochs(make(), 2)
+    seen, state = take(make(), 5)
+    assert make().resume_mode == "position"
+    assert state["consumed"] == 20
+    resumed = make()
+    resumed.load_state_dict(state)
+    assert seen + run_epochs(resumed, 2) == expected
+
+
+def test_plain_torch_sampler_falls_back_to_torchdata_with_a_warning() -> None:
+    def make() -> StatefulDataLoader:
+        generator = torch.Generator().manual_seed(0)
+        sampler = torch.utils.data.RandomSampler(IndexDataset(20), generator=generator)
+        return StatefulDataLoader(IndexDataset(20), batch_size=3, sampler=sampler)
+
+    expected = as_ids(make())
+    loader = make()
+    assert loader.resume_mode == "torchdata"
+    seen = as_ids(itertools.islice(iter(loader), 2))
+    state = loader.state_dict()
+    resumed = make()
+    with pytest.warns(
+        UserWarning, match=r"replays the sampler up to the saved position \(O\(position\)\)"
+    ):
+        resumed.load_state_dict(state)
+    assert seen + as_ids(resumed) == expected
+
+
+def _saved_state(**kwargs: Any) -> dict[str, Any]:
+    _, state = take(make_loader(**kwargs), 3)
+    return state
+
+
+@pytest.mark.parametrize(
+    ("saved", "match"),
+    [
+        ({"n": 49}, "dataset_length: saved 49, now 50"),
+        ({"seed": 1}, "seed: saved 1, now 0"),
+        ({"algorithm": "feistel"}, "algorithm: saved 'feistel', now 'randperm'"),
+    ],
+)
+def test_state_from_another_configuration_is_refused(saved: dict[str, Any], match: str) -> None:
+    loader = make_loader()
+    before = loader.state_dict()
+    with pytest.raises(StateMismatchError, match=match):
+        loader.load_state_dict(_saved_state(**saved))
+    assert loader.state_dict() == before
+    assert run_epochs(loader, 1) == reference()[:13]
+
+
+def test_state_of_another_kind_is_refused() -> None:
+    sampler = make_loader().sampler
+    assert isinstance(sampler, DistributedSampler)
+    state = sampler.state_dict()
+    with pytest.raises(StateMismatchError, match="written by kind='DistributedSampler'"):
+        make_loader().load_state_dict(state)
+
+
+def test_epoch_beyond_max_epochs_is_refused() -> None:
+    state = _saved_state()
+    state["epoch"] = 5
+    state["sampler"]["epoch"] = 5
+    loader = StatefulDataLoader(
+        IndexDataset(50),
+        batch_size=4,
+        max_epochs=3,
+        sampler=DistributedSampler(IndexDataset(50), 1, 0),
+    )
+    with pytest.raises(StateMismatchError, match="epoch=5 is beyond max_epochs=3"):
+        loader.load_state_dict(state)
+    assert loader.epoch == 0
+
+
+def test_batch_larger_than_rank_share_with_drop_last_is_refused() -> None:
+    with pytest.raises(
+        ValueError,
+        match=r"batch_size=8 is larger than this rank's share of the epoch \(5 samples\)",
+    ):
+        make_loader(n=20, world=4, batch_size=8, drop_last=True)
+
+
+def test_load_while_an_iterator_is_live_is_refused() -> None:
+    loader = make_loader()
+    iterator = iter(loader)
+    next(iterator)
+    with pytest.raises(RuntimeError, match="while an iterator is live"):
+        loader.load_state_dict(_saved_state())
+    assert loader.batches_yielded == 1
+    assert next(iterator).tolist() == reference()[1]  # the live epoch goes on undisturbed
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_skip_samplers_resume_through_set_skip(num_workers: int) -> None:
+    from lightning_resumable_data import (
+        RepeatSampler,
+        ReproducibleShuffleSampler,
+        ResumableSequentialSampler,
+    )
+
+    def make() -> StatefulDataLoader:
+        dataset = IndexDataset(30)
+        chain = RepeatSampler(ReproducibleShuffleSampler(ResumableSequentialSampler(dataset), 7))
+        return StatefulDataLoader(dataset, batch_size=4, sampler=chain, num_workers=num_workers)
+
+    expected = as_ids(itertools.islice(iter(make()), 20))
+    loader = make()
+    assert loader.resume_mode == "skip"
+    seen, state = take(loader, 9)  # crosses a repeat pass (30 samples = 7.5 batches)
+    resumed = make()
+    resumed.load_state_dict(state)
+    assert seen + as_ids(itertools.islice(iter(resumed), 11)) == expected
+
+
+def test_skip_sampler_refuses_a_change_of_world_size() -> None:
+    from lightning_resumable_data import ResumableSequentialSampler, ShardSampler
+
+    def make(world: int) -> StatefulDataLoader:
+        dataset = IndexDataset(30)
+        sampler = ShardSampler(ResumableSequentialSampler(dataset), world, 0)
+        return StatefulDataLoader(dataset, batch_size=2, sampler=sampler)
+
+    _, state = take(make(2), 2)
+    with pytest.raises(StateMismatchError, match="num_replicas"):
+        make(3).load_state_dict(state)
+
+
+def test_skip_mode_state_is_stable_across_a_reload_before_iterating() -> None:
+    from lightning_resumable_data import ResumableSequentialSampler
+
+    def make() -> StatefulDataLoader:
+        dataset = IndexDataset(30)
+        return StatefulDataLoader(
+            dataset, batch_size=4, sampler=ResumableSequentialSampler(dataset, 2)
+        )
+
+    expected = run_epochs(make(), 2)
+    seen, state = take(make(), 3)
+    once = make()
+    once.load_state_dict(state)
+    twice = make()
+    twice.load_state_dict(once.state_dict())  # saved again before the resumed run read anything
+    assert seen + run_epochs(twice, 2) == expected
