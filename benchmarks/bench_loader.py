@@ -1,0 +1,787 @@
+"""Benchmark ``StatefulDataLoader`` against torch's ``DataLoader`` and torchdata's.
+
+Run from the repository root::
+
+    .venv/bin/python benchmarks/bench_loader.py              # full run (about 4 minutes)
+    .venv/bin/python benchmarks/bench_loader.py --quick      # CI smoke (under 30 s)
+    .venv/bin/python benchmarks/bench_loader.py --parts throughput --repeats 9
+
+It measures two things, in one run:
+
+(a) Throughput (``--parts throughput``). A cheap map-style dataset of ``--n`` (default
+    200,000) samples, each a precomputed row of 8 int64 (``__getitem__`` returns a view
+    ``rows[index]``; the default collate stacks them), ``batch_size=64``, one world of
+    one rank, ``shuffle=True``, ``seed=0``, ``num_workers`` 0 and 2
+    (``persistent_workers=False``), for three loaders:
+
+    * ``torch``: ``torch.utils.data.DataLoader`` with ``torch.utils.data.DistributedSampler``;
+    * ``torchdata``: ``torchdata.stateful_dataloader.StatefulDataLoader`` (defaults, so
+      with workers it snapshots its state every step) with the same torch sampler;
+    * ``ours``: ``lightning_resumable_data.StatefulDataLoader`` with
+      ``lightning_resumable_data.DistributedSampler``.
+
+    Each loader reads a warm-up epoch (0), then a timed epoch (1). The reported rate is
+    the steady state: batches after the first one, divided by the time from the first
+    batch to the end of the epoch (worker start-up and the sampler's per-epoch set-up
+    are excluded); the full epoch time, from ``iter(loader)``, is shown too. A round runs
+    the three loaders back to back in a fresh subprocess (one CPU and one torch thread
+    with ``num_workers=0``; unpinned with workers), and the order of the loaders rotates
+    and alternates between rounds. With ``--repeats k`` (default 5) there are k rounds per
+    ``num_workers``, interleaved; the table shows the median over the rounds. The overhead
+    is ``median torch rate / median ours rate - 1``; its range over the rounds (each
+    round's ours against the same round's torch) shows the noise. The first round also
+    checks, on a small dataset, that the three loaders yield identical batches in
+    epochs 0 and 1 (``DistributedSampler`` yields torch's order).
+
+(b) Resume latency (``--parts resume``). An index-only dataset of ``--resume-n`` (default
+    2 * 10**7) samples (``__getitem__`` returns the index), ``batch_size=1``,
+    ``num_workers=0``, positions ``--positions`` (default 1e3, 1e5, 1e7 samples into epoch
+    0). For each position and loader, a fresh subprocess builds the state at that
+    position, then ``--resume-repeats`` times (default 3) constructs a fresh loader and
+    sampler and times ``load_state_dict(state)`` plus ``next(iter(loader))`` (the median is
+    reported). Loaders:
+
+    * ``ours (randperm)``: the default ``DistributedSampler``. The resume skips in O(1), but
+      the first batch computes the epoch's permutation (O(N), the same at every position);
+    * ``ours (feistel)``: ``DistributedSampler(algorithm="feistel")``, O(1) throughout;
+    * ``torchdata``: torchdata's loader with torch's ``DistributedSampler``, which resumes by
+      replaying the sampler (O(position), after rebuilding the epoch's index list).
+
+    How the state at position p is built: iterating 10**7 batches one sample at a time
+    takes minutes (about 20 us a batch for either loader), so both states are written
+    through the loaders' own APIs. A fresh loader's ``state_dict()`` is what a loader at
+    position 0 writes; the position counters in it are set to p: for ours ``consumed``,
+    ``batches_yielded`` and ``sampler["consumed"]``; for torchdata ``_num_yielded``,
+    ``_sampler_iter_yielded`` and ``_sampler_iter_state["samples_yielded"]``. That is what a
+    loader writes after p batches: at every position up to ``--verify-max`` (default 1e5)
+    the built state is checked to be equal to the state of a loader that really iterated
+    p batches, and the resumed first batch to be that loader's next batch. At every
+    position the resumed first batch is also checked against the order itself
+    (``torch.randperm(N)[p]`` for randperm and torchdata, ``feistel_slice`` for feistel).
+
+The output ends with verdict lines for the acceptance targets: throughput overhead of
+ours at most 3% against torch's ``DataLoader`` per ``num_workers``; resume latency flat in
+position (here: at the largest position at most 1.5x the smallest plus 2 ms); and the
+ratio of torchdata's resume latency to ours at the largest position. Missed performance
+targets are reported, not fatal: the exit status is 0 unless a case crashed or a
+correctness check failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib.metadata
+import itertools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, cast
+
+if TYPE_CHECKING:
+    import torch
+    import torch.utils.data
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+BATCH_SIZE = 64
+ROW_WIDTH = 8
+SEED = 0
+OVERHEAD_TARGET_PCT = 3.0  # ours vs torch's DataLoader, steady-state throughput
+FLAT_RATIO = 1.5  # resume latency at the largest position vs the smallest ...
+FLAT_SLACK_MS = 2.0  # ... plus this much, for timings of a few ms
+CHILD_TIMEOUT_S = 1800
+
+Loader = Literal["torch", "torchdata", "ours"]
+LOADERS: tuple[Loader, ...] = ("torch", "torchdata", "ours")
+Resumer = Literal["randperm", "feistel", "torchdata"]
+RESUMERS: tuple[Resumer, ...] = ("randperm", "feistel", "torchdata")
+RESUMER_NAMES: dict[Resumer, str] = {
+    "randperm": "ours (randperm)",
+    "feistel": "ours (feistel)",
+    "torchdata": "torchdata",
+}
+
+
+@dataclass(frozen=True)
+class ThroughputCase:
+    """One round of part (a): the three loaders, back to back, at one ``num_workers``."""
+
+    n: int
+    num_workers: int
+    order: tuple[Loader, ...]
+    check_n: int = 0  # > 0: also check that the loaders agree on a dataset of this size
+
+
+@dataclass(frozen=True)
+class ResumeCase:
+    """One cell of part (b): one loader resumed at one position."""
+
+    impl: Resumer
+    n: int
+    position: int
+    repeats: int
+    verify: bool  # also build the state by really iterating `position` batches
+
+
+# --------------------------------------------------------------------------------------
+# Child: datasets and measurements, in a fresh process.
+# --------------------------------------------------------------------------------------
+
+
+class RowDataset:
+    """A cheap map-style dataset: sample ``i`` is a view of a precomputed row."""
+
+    def __init__(self, n: int) -> None:
+        import torch
+
+        self.rows = torch.arange(n * ROW_WIDTH, dtype=torch.int64).reshape(n, ROW_WIDTH)
+
+    def __len__(self) -> int:
+        return int(self.rows.shape[0])
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return self.rows[index]
+
+
+class IndexDataset:
+    """An index-only dataset of any length: sample ``i`` is the int ``i``; no memory."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> int:
+        return int(index)
+
+
+def _pin_to_one_cpu() -> None:
+    if hasattr(os, "sched_getaffinity") and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+
+
+def _quiet_torchdata() -> None:
+    # torchdata's constructor calls a deprecated torch API (torch.set_vital).
+    warnings.filterwarnings("ignore", message=".*set_vital.*is deprecated")
+
+
+def _as_dataset(dataset: object) -> torch.utils.data.Dataset[Any]:
+    # The loaders only need __len__ and __getitem__; their annotations ask for a Dataset.
+    return cast("torch.utils.data.Dataset[Any]", dataset)
+
+
+def build_loader(
+    impl: Loader, dataset: object, batch_size: int, num_workers: int, algorithm: str = "randperm"
+) -> tuple[Any, Any]:
+    """A loader over ``dataset`` for rank 0 of 1 (shuffle, seed 0) and its sampler."""
+    import torch.utils.data
+    from torchdata.stateful_dataloader import StatefulDataLoader as TorchdataLoader
+
+    from lightning_resumable_data import DistributedSampler, StatefulDataLoader
+
+    data = _as_dataset(dataset)
+    sampler: torch.utils.data.DistributedSampler[int]
+    if impl == "ours":
+        sampler = DistributedSampler(
+            cast("Any", dataset), 1, 0, seed=SEED, algorithm=cast("Any", algorithm)
+        )
+        loader: Any = StatefulDataLoader(
+            data, batch_size=batch_size, sampler=sampler, num_workers=num_workers
+        )
+        return loader, sampler
+    sampler = torch.utils.data.DistributedSampler(data, 1, 0, seed=SEED)
+    kind = torch.utils.data.DataLoader if impl == "torch" else TorchdataLoader
+    loader = kind(data, batch_size=batch_size, sampler=sampler, num_workers=num_workers)
+    return loader, sampler
+
+
+def _start_epoch(impl: Loader, loader: Any, sampler: Any, epoch: int) -> None:
+    """torch and torchdata need ``set_epoch`` on the sampler; ours calls it itself."""
+    if impl == "ours":
+        if loader.epoch != epoch:
+            raise RuntimeError(f"ours is at epoch {loader.epoch}, expected {epoch}")
+    else:
+        sampler.set_epoch(epoch)
+
+
+def time_epoch(impl: Loader, loader: Any, sampler: Any, epoch: int) -> dict[str, float]:
+    """Read one epoch; return its batch count, steady-state rate and full time."""
+    _start_epoch(impl, loader, sampler, epoch)
+    start = time.perf_counter()
+    iterator = iter(loader)
+    next(iterator)
+    first = time.perf_counter()
+    count = 1
+    for _ in iterator:
+        count += 1
+    end = time.perf_counter()
+    del iterator
+    return {
+        "batches": count,
+        "steady_rate": (count - 1) / (end - first),
+        "epoch_s": end - start,
+    }
+
+
+def check_same_batches(n: int, num_workers: int) -> bool:
+    """Whether the three loaders yield identical batches in epochs 0 and 1."""
+    import torch
+
+    dataset = RowDataset(n)
+    seen: dict[Loader, list[torch.Tensor]] = {}
+    for impl in LOADERS:
+        loader, sampler = build_loader(impl, dataset, BATCH_SIZE, num_workers)
+        batches: list[torch.Tensor] = []
+        for epoch in (0, 1):
+            _start_epoch(impl, loader, sampler, epoch)
+            batches += list(loader)
+        seen[impl] = batches
+        del loader
+    reference = seen["torch"]
+    expected_batches = 2 * -(-n // BATCH_SIZE)
+    return len(reference) == expected_batches and all(
+        len(batches) == len(reference)
+        and all(torch.equal(a, b) for a, b in zip(batches, reference, strict=True))
+        for batches in seen.values()
+    )
+
+
+def run_throughput(case: ThroughputCase) -> dict[str, object]:
+    """Measure one round of part (a) in this process."""
+    import torch
+
+    _quiet_torchdata()
+    if case.num_workers == 0:
+        _pin_to_one_cpu()
+    torch.set_num_threads(1)
+    dataset = RowDataset(case.n)
+    rates: dict[str, dict[str, float]] = {}
+    for impl in case.order:
+        loader, sampler = build_loader(impl, dataset, BATCH_SIZE, case.num_workers)
+        time_epoch(impl, loader, sampler, 0)  # warm-up
+        rates[impl] = time_epoch(impl, loader, sampler, 1)
+        del loader, sampler
+        gc.collect()
+    check = check_same_batches(case.check_n, case.num_workers) if case.check_n else None
+    return {"rates": rates, "check": check}
+
+
+def _state_at(impl: Resumer, loader: Any, position: int) -> dict[str, Any]:
+    """The state ``loader`` writes after ``position`` batches of one sample, built in O(1).
+
+    Starts from what the fresh ``loader`` writes (position 0) and sets its counters.
+    """
+    state = cast("dict[str, Any]", loader.state_dict())
+    if impl == "torchdata":
+        counters = ("_num_yielded", "_sampler_iter_yielded")
+        if not all(key in state for key in counters) or not isinstance(
+            state.get("_sampler_iter_state"), dict
+        ):
+            raise RuntimeError(f"unexpected torchdata state layout: {sorted(state)}")
+        for key in counters:
+            state[key] = position
+        state["_sampler_iter_state"]["samples_yielded"] = position
+    else:
+        state["consumed"] = state["batches_yielded"] = position
+        state["sampler"]["consumed"] = position
+    return state
+
+
+def _expected_index(impl: Resumer, n: int, position: int) -> int:
+    """The dataset index at ``position`` of epoch 0's order, computed from its definition."""
+    import torch
+
+    from lightning_resumable_data.index.permutation import feistel_slice
+
+    if impl == "feistel":
+        return int(feistel_slice(n, SEED, 0, position, position + 1)[0])
+    generator = torch.Generator().manual_seed(SEED)  # torch's DistributedSampler, epoch 0
+    return int(torch.randperm(n, generator=generator)[position])
+
+
+def _resume_loader(impl: Resumer, n: int) -> Any:
+    loader_kind: Loader = "torchdata" if impl == "torchdata" else "ours"
+    algorithm = "feistel" if impl == "feistel" else "randperm"
+    return build_loader(loader_kind, IndexDataset(n), 1, 0, algorithm)[0]
+
+
+def run_resume(case: ResumeCase) -> dict[str, object]:
+    """Measure one cell of part (b) in this process."""
+    import torch
+
+    _quiet_torchdata()
+    _pin_to_one_cpu()
+    torch.set_num_threads(1)
+    checks: list[str] = []  # failures
+    state_text = json.dumps(_state_at(case.impl, _resume_loader(case.impl, case.n), case.position))
+    gc.collect()
+    expected = _expected_index(case.impl, case.n, case.position)
+
+    if case.verify:  # the state of a loader that really read `position` batches
+        loader = _resume_loader(case.impl, case.n)
+        iterator = iter(loader)
+        for _ in itertools.islice(iterator, case.position):
+            pass
+        real_text = json.dumps(loader.state_dict())
+        real_next = int(next(iterator)[0])
+        if json.loads(real_text) != json.loads(state_text):
+            checks.append(f"built state != real state ({real_text} vs {state_text})")
+        if real_next != expected:
+            checks.append(f"really iterated next index {real_next} != expected {expected}")
+        del loader, iterator
+        gc.collect()
+
+    times: list[float] = []
+    first_index = -1
+    for _ in range(case.repeats):
+        loader = _resume_loader(case.impl, case.n)
+        state = json.loads(state_text)
+        gc.collect()
+        start = time.perf_counter()
+        loader.load_state_dict(state)
+        batch = next(iter(loader))
+        times.append(time.perf_counter() - start)
+        first_index = int(batch[0])
+        if first_index != expected:
+            checks.append(f"resumed first index {first_index} != expected {expected}")
+        del loader, batch
+        gc.collect()
+    return {"seconds": times, "first_index": first_index, "failures": checks}
+
+
+# --------------------------------------------------------------------------------------
+# Parent: plan, spawn, aggregate, report.
+# --------------------------------------------------------------------------------------
+
+
+def _child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env[var] = "1"
+    paths = [str(REPO_ROOT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    return env
+
+
+def _spawn(kind: str, case: ThroughputCase | ResumeCase) -> dict[str, Any]:
+    spec = json.dumps(asdict(case))
+    command = [sys.executable, str(Path(__file__).resolve()), "--child", kind, spec]
+    try:
+        done = subprocess.run(
+            command,
+            env=_child_env(),
+            capture_output=True,
+            text=True,
+            timeout=CHILD_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {CHILD_TIMEOUT_S} s"}
+    if done.returncode != 0:
+        tail = done.stderr.strip().splitlines()[-1:] or [f"killed by signal {-done.returncode}"]
+        return {"error": f"exit {done.returncode}: {tail[0]}"}
+    return cast("dict[str, Any]", json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def round_order(round_index: int) -> tuple[Loader, ...]:
+    """The loaders' order in a round: rotated by the round, reversed every other round."""
+    shift = round_index % len(LOADERS)
+    order = LOADERS[shift:] + LOADERS[:shift]
+    return order[::-1] if round_index % 2 else order
+
+
+@dataclass
+class ThroughputResult:
+    """Part (a) for one ``num_workers``: each loader's per-round measurements."""
+
+    num_workers: int
+    rounds: dict[Loader, list[dict[str, float]]]
+    check: bool | None = None
+    error: str | None = None
+
+    def median(self, impl: Loader, key: str) -> float:
+        """The median of ``key`` over the rounds."""
+        return statistics.median(run[key] for run in self.rounds[impl])
+
+    def overhead_range(self, impl: Loader) -> tuple[float, float]:
+        """Min and max over rounds of this round's torch rate / ours rate - 1, in %."""
+        pairs = zip(self.rounds["torch"], self.rounds[impl], strict=True)
+        values = [100 * (t["steady_rate"] / o["steady_rate"] - 1) for t, o in pairs]
+        return min(values), max(values)
+
+
+def measure_throughput(
+    n: int, repeats: int, workers: Sequence[int], check_n: int
+) -> list[ThroughputResult]:
+    """Run ``repeats`` interleaved rounds for every ``num_workers``."""
+    results = {nw: ThroughputResult(nw, {impl: [] for impl in LOADERS}) for nw in workers}
+    for index in range(repeats):
+        for nw in workers:
+            result = results[nw]
+            if result.error is not None:
+                continue
+            case = ThroughputCase(n, nw, round_order(index), check_n if index == 0 else 0)
+            run = _spawn("throughput", case)
+            if "error" in run:
+                result.error = str(run["error"])
+                print(f"  round {index} nw={nw}: {result.error}", file=sys.stderr, flush=True)
+                continue
+            for impl in LOADERS:
+                result.rounds[impl].append(run["rates"][impl])
+            if run["check"] is not None:
+                result.check = bool(run["check"])
+            rates = ", ".join(
+                f"{impl} {run['rates'][impl]['steady_rate']:.0f}" for impl in case.order
+            )
+            print(f"  round {index} nw={nw}: {rates} batches/s", file=sys.stderr, flush=True)
+    return [results[nw] for nw in workers]
+
+
+@dataclass
+class ResumeResult:
+    """Part (b) for one loader at one position."""
+
+    case: ResumeCase
+    seconds: list[float]
+    first_index: int = -1
+    failures: tuple[str, ...] = ()
+    error: str | None = None
+
+    @property
+    def ms(self) -> float:
+        """Median resume latency in milliseconds."""
+        return 1000 * statistics.median(self.seconds) if self.seconds else float("nan")
+
+
+def measure_resume(
+    n: int, positions: Sequence[int], repeats: int, verify_max: int
+) -> list[ResumeResult]:
+    """Every loader at every position, each in a fresh subprocess."""
+    results = []
+    for position in positions:
+        for impl in RESUMERS:
+            case = ResumeCase(impl, n, position, repeats, verify=position <= verify_max)
+            run = _spawn("resume", case)
+            if "error" in run:
+                result = ResumeResult(case, [], error=str(run["error"]))
+                status = result.error
+            else:
+                result = ResumeResult(
+                    case,
+                    [float(s) for s in run["seconds"]],
+                    int(run["first_index"]),
+                    tuple(str(f) for f in run["failures"]),
+                )
+                status = f"{result.ms:.1f} ms" + (" CHECK FAILED" if result.failures else "")
+            print(f"  {impl:>9} p={fmt_n(position):<6} {status}", file=sys.stderr, flush=True)
+            results.append(result)
+    return results
+
+
+def fmt_n(n: int) -> str:
+    """``10**7`` -> ``1e7``; other counts with thousands separators."""
+    exponent = len(str(n)) - 1
+    return f"1e{exponent}" if n == 10**exponent else f"{n:,}"
+
+
+def _pct(value: float) -> str:
+    return f"{value:+.1f}%"
+
+
+def render_throughput(results: Sequence[ThroughputResult], n: int, repeats: int) -> list[str]:
+    """Markdown table of part (a)."""
+    lines = [
+        f"## (a) Throughput: N={n:,}, batch_size={BATCH_SIZE}, epoch 1 after a warm-up epoch, "
+        f"median of {repeats} rounds",
+        "",
+        "| num_workers | loader | batches/s (steady) | overhead vs torch "
+        "| range over rounds | epoch s (from iter) | epoch overhead vs torch |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for result in results:
+        if result.error is not None:
+            lines.append(f"| {result.num_workers} | all | FAILED: {result.error} | | | | |")
+            continue
+        torch_rate = result.median("torch", "steady_rate")
+        torch_epoch = result.median("torch", "epoch_s")
+        for impl in LOADERS:
+            rate, epoch_s = result.median(impl, "steady_rate"), result.median(impl, "epoch_s")
+            if impl == "torch":
+                overhead = spread = epoch_overhead = "—"
+            else:
+                overhead = _pct(100 * (torch_rate / rate - 1))
+                low, high = result.overhead_range(impl)
+                spread = f"{_pct(low)} … {_pct(high)}"
+                epoch_overhead = _pct(100 * (epoch_s / torch_epoch - 1))
+            lines.append(
+                f"| {result.num_workers} | {impl} | {rate:,.0f} | {overhead} | {spread} "
+                f"| {epoch_s:.3f} | {epoch_overhead} |"
+            )
+    return lines
+
+
+def render_resume(
+    results: Sequence[ResumeResult], n: int, repeats: int, verify_max: int
+) -> list[str]:
+    """Markdown table of part (b)."""
+    lines = [
+        f"## (b) Resume latency: N={fmt_n(n)}, batch_size=1, "
+        f"num_workers=0, load_state_dict + first batch, median of {repeats}",
+        "",
+        "| position | ours (randperm) ms | ours (feistel) ms | torchdata ms "
+        "| torchdata / ours (randperm) | torchdata / ours (feistel) | state at position |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for position in sorted({r.case.position for r in results}):
+        row = {r.case.impl: r for r in results if r.case.position == position}
+        cells = []
+        for impl in RESUMERS:
+            result = row.get(impl)
+            if result is None or result.error is not None:
+                cells.append("FAILED" if result is None else f"FAILED: {result.error}")
+            else:
+                cells.append(f"{result.ms:,.1f}")
+        ratios = []
+        theirs = row.get("torchdata")
+        for impl in ("randperm", "feistel"):
+            ours = row.get(impl)
+            if theirs is None or ours is None or theirs.error or ours.error:
+                ratios.append("n/a")
+            else:
+                ratios.append(f"{theirs.ms / ours.ms:,.1f}x")
+        state = (
+            "built, checked = really iterated"
+            if position <= verify_max
+            else "built from counters (first batch checked)"
+        )
+        lines.append(f"| {fmt_n(position)} | {' | '.join(cells + ratios)} | {state} |")
+    return lines
+
+
+def correctness_failures(
+    throughput: Sequence[ThroughputResult], resume: Sequence[ResumeResult]
+) -> list[str]:
+    """Every crashed case and failed correctness check, as lines."""
+    failures = []
+    for t in throughput:
+        if t.error is not None:
+            failures.append(f"throughput num_workers={t.num_workers}: {t.error}")
+        elif t.check is False:
+            failures.append(f"throughput num_workers={t.num_workers}: the loaders' batches differ")
+    for r in resume:
+        where = f"resume {r.case.impl} at {fmt_n(r.case.position)}"
+        if r.error is not None:
+            failures.append(f"{where}: {r.error}")
+        failures += [f"{where}: {f}" for f in dict.fromkeys(r.failures)]
+    by_position: dict[int, dict[Resumer, int]] = {}
+    for r in resume:
+        if r.error is None:
+            by_position.setdefault(r.case.position, {})[r.case.impl] = r.first_index
+    for position, firsts in by_position.items():
+        if {"randperm", "torchdata"} <= firsts.keys() and firsts["randperm"] != firsts["torchdata"]:
+            failures.append(
+                f"resume at {fmt_n(position)}: ours (randperm) and torchdata resume at "
+                f"different samples ({firsts['randperm']} vs {firsts['torchdata']})"
+            )
+    return failures
+
+
+def verdicts(throughput: Sequence[ThroughputResult], resume: Sequence[ResumeResult]) -> list[str]:
+    """The acceptance-criterion summary lines."""
+
+    def mark(passed: bool) -> str:
+        return "PASS" if passed else "MISS"
+
+    lines = []
+    for t in throughput:
+        if t.error is not None or not t.rounds["ours"]:
+            lines.append(f"throughput overhead at num_workers={t.num_workers}: n/a (failed)")
+            continue
+        torch_rate = t.median("torch", "steady_rate")
+        ours_pct = 100 * (torch_rate / t.median("ours", "steady_rate") - 1)
+        theirs_pct = 100 * (torch_rate / t.median("torchdata", "steady_rate") - 1)
+        lines.append(
+            f"throughput overhead at num_workers={t.num_workers}: ours {_pct(ours_pct)} vs "
+            f"torch's DataLoader (target <= {OVERHEAD_TARGET_PCT:g}%; torchdata "
+            f"{_pct(theirs_pct)}) — {mark(ours_pct <= OVERHEAD_TARGET_PCT)}"
+        )
+
+    ok = [r for r in resume if r.error is None and r.seconds]
+    positions = sorted({r.case.position for r in ok})
+    if len(positions) < 2:
+        lines.append("resume latency flat in position: n/a (needs two positions)")
+        return lines
+    low, high = positions[0], positions[-1]
+
+    def find(impl: Resumer, position: int) -> ResumeResult | None:
+        return next((r for r in ok if r.case.impl == impl and r.case.position == position), None)
+
+    ours_impls: tuple[Resumer, ...] = ("randperm", "feistel")
+    for impl in ours_impls:
+        first, last = find(impl, low), find(impl, high)
+        if first is None or last is None:
+            lines.append(f"resume latency flat in position, {RESUMER_NAMES[impl]}: n/a")
+            continue
+        flat = last.ms <= FLAT_RATIO * first.ms + FLAT_SLACK_MS
+        lines.append(
+            f"resume latency flat in position: {RESUMER_NAMES[impl]} {first.ms:,.1f} ms at "
+            f"{fmt_n(low)} vs {last.ms:,.1f} ms at {fmt_n(high)} (flat: <= {FLAT_RATIO:g}x "
+            f"+ {FLAT_SLACK_MS:g} ms) — {mark(flat)}"
+        )
+    theirs = find("torchdata", high)
+    ratios = []
+    for impl in ours_impls:
+        ours = find(impl, high)
+        if theirs is not None and ours is not None:
+            ratios.append(f"{theirs.ms / ours.ms:,.1f}x ours ({impl})")
+    if theirs is None or not ratios:
+        lines.append(f"resume latency vs torchdata at {fmt_n(high)}: n/a")
+    else:
+        lines.append(
+            f"resume latency vs torchdata at {fmt_n(high)}: torchdata {theirs.ms:,.1f} ms = "
+            + ", ".join(ratios)
+        )
+    return lines
+
+
+def parse_count(text: str) -> int:
+    """Parse ``"1e7"``, ``"10000000"`` or ``"10_000_000"`` as an exact positive int."""
+    try:
+        value = int(text)
+    except ValueError:
+        number = float(text)
+        if not number.is_integer():
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        value = int(number)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
+    return value
+
+
+def parse_counts(text: str) -> list[int]:
+    """Parse a comma-separated list of counts; empty means none."""
+    return [parse_count(part) for part in text.split(",") if part.strip()]
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """Command-line interface (parent and ``--child`` modes)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument(
+        "--parts",
+        choices=("all", "throughput", "resume"),
+        default="all",
+        help="which part to run (default all)",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="CI smoke: --n 2e4 --repeats 1 --resume-n 2e5 --positions 1e3,1e5 --verify-max 1e3",
+    )
+    parser.add_argument(
+        "--repeats", type=parse_count, default=None, help="throughput rounds (default 5)"
+    )
+    parser.add_argument(
+        "--n", type=parse_count, default=None, help="throughput dataset size (default 2e5)"
+    )
+    parser.add_argument(
+        "--workers",
+        type=lambda text: [int(part) for part in text.split(",")],
+        default=[0, 2],
+        help="num_workers values for throughput (default 0,2)",
+    )
+    parser.add_argument(
+        "--resume-n", type=parse_count, default=None, help="resume dataset size (default 2e7)"
+    )
+    parser.add_argument(
+        "--positions",
+        type=parse_counts,
+        default=None,
+        help="resume positions in samples (default 1e3,1e5,1e7)",
+    )
+    parser.add_argument(
+        "--resume-repeats", type=parse_count, default=3, help="resume: median of k (default 3)"
+    )
+    parser.add_argument(
+        "--verify-max",
+        type=parse_count,
+        default=None,
+        help="check built states against really iterated ones up to this position "
+        "(default 1e5; slow above 1e6)",
+    )
+    child = parser.add_argument_group("child mode (one measurement, used internally)")
+    child.add_argument(
+        "--child", nargs=2, metavar=("KIND", "SPEC"), help="run one case, print JSON"
+    )
+    return parser.parse_args(argv)
+
+
+def run_child(kind: str, spec: str) -> dict[str, object]:
+    """Run one case described by the JSON ``spec``."""
+    fields = json.loads(spec)
+    if kind == "throughput":
+        fields["order"] = tuple(fields["order"])
+        return run_throughput(ThroughputCase(**fields))
+    if kind == "resume":
+        return run_resume(ResumeCase(**fields))
+    raise SystemExit(f"unknown child kind {kind!r}")
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "?"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmark (or, with ``--child``, one case) and return the exit code."""
+    args = parse_args(argv)
+    if args.child is not None:
+        print(json.dumps(run_child(*args.child)))
+        return 0
+
+    quick = args.quick
+    n = args.n or (20_000 if quick else 200_000)
+    repeats = args.repeats or (1 if quick else 5)
+    resume_n = args.resume_n or (200_000 if quick else 2 * 10**7)
+    positions = args.positions or ([10**3, 10**5] if quick else [10**3, 10**5, 10**7])
+    verify_max = args.verify_max or (10**3 if quick else 10**5)
+    if max(positions) >= resume_n:
+        raise SystemExit(f"positions must be < --resume-n ({resume_n:,})")
+    check_n = min(n, 5_000)
+
+    print(
+        f"# StatefulDataLoader vs torch DataLoader vs torchdata StatefulDataLoader; "
+        f"python {sys.version.split()[0]}, torch {_version('torch')}, "
+        f"torchdata {_version('torchdata')}, {os.cpu_count()} CPUs",
+        flush=True,
+    )
+    throughput: list[ThroughputResult] = []
+    resume: list[ResumeResult] = []
+    if args.parts in ("all", "throughput"):
+        throughput = measure_throughput(n, repeats, args.workers, check_n)
+        print()
+        print("\n".join(render_throughput(throughput, n, repeats)), flush=True)
+    if args.parts in ("all", "resume"):
+        resume = measure_resume(resume_n, positions, args.resume_repeats, verify_max)
+        print()
+        print("\n".join(render_resume(resume, resume_n, args.resume_repeats, verify_max)))
+    print()
+    print("\n".join(verdicts(throughput, resume)))
+    failures = correctness_failures(throughput, resume)
+    if failures:
+        print("\nFAILED: a case crashed or a correctness check failed:")
+        print("\n".join(f"  {line}" for line in failures))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
