@@ -7,10 +7,13 @@ Example:
     [1, 3, 5, 7]
 """
 
+from lightning_resumable_data.datasets import MixtureDataset
 from lightning_resumable_data.loader import StatefulDataLoader
 from lightning_resumable_data.randomness import SampleKey, sample_rng
 from lightning_resumable_data.samplers import (
     DistributedSampler,
+    MixturePhase,
+    MixtureSampler,
     RepeatBatchSampler,
     RepeatSampler,
     ReproducibleShuffleBatchSampler,
@@ -32,6 +35,9 @@ __version__ = "0.1.0"
 __all__ = [
     "STATE_VERSION",
     "DistributedSampler",
+    "MixtureDataset",
+    "MixturePhase",
+    "MixtureSampler",
     "RepeatBatchSampler",
     "RepeatSampler",
     "ReproducibleShuffleBatchSampler",

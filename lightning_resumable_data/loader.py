@@ -45,6 +45,7 @@ class PositionSampler(SkippableSampler, Protocol):
 
     @property
     def consumed(self) -> int: ...  # noqa: D102
+    def state_at(self, epoch: int, consumed: int) -> dict[str, Any]: ...  # noqa: D102
     def state_dict(self) -> dict[str, Any]: ...  # noqa: D102
     def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...  # noqa: D102
 
@@ -305,11 +306,7 @@ class StatefulDataLoader(_TorchdataLoader[Any]):
             counted = progress.epoch_start + progress.batches_yielded * self._step_samples
             consumed = min(counted, sampler.consumed)
             position["consumed"] = consumed
-            position["sampler"] = {
-                **sampler.state_dict(),
-                "epoch": progress.epoch,
-                "consumed": consumed,
-            }
+            position["sampler"] = sampler.state_at(progress.epoch, consumed)
         elif self.resume_mode == "skip":
             origin = progress.origin
             if origin is None and hasattr(sampler, "state_dict"):

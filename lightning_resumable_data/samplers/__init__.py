@@ -15,10 +15,13 @@ from lightning_resumable_data.samplers.composable import (
     SkipSampler,
 )
 from lightning_resumable_data.samplers.distributed import DistributedSampler
+from lightning_resumable_data.samplers.mixture import MixturePhase, MixtureSampler
 from lightning_resumable_data.samplers.sequential import ResumableSequentialSampler
 
 __all__ = [
     "DistributedSampler",
+    "MixturePhase",
+    "MixtureSampler",
     "RepeatBatchSampler",
     "RepeatSampler",
     "ReproducibleShuffleBatchSampler",

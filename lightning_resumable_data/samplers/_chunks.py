@@ -43,6 +43,11 @@ class ChunkStream:
         return self._current
 
     @property
+    def produced(self) -> int:
+        """How many items have been computed (yielded, or in the current chunk)."""
+        return self._finished_chunks + self._current_length
+
+    @property
     def yielded(self) -> int:
         """How many items the consumer has received so far."""
         remaining = operator.length_hint(self._current)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterator, Sized
-from typing import Any, Final
+from typing import Any, ClassVar
 
 import numpy as np
 import torch.utils.data
@@ -97,7 +97,7 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
         True
     """
 
-    KIND: Final = "DistributedSampler"
+    KIND: ClassVar[str] = "DistributedSampler"
 
     def __init__(
         self,
@@ -126,6 +126,7 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
         )
         self.algorithm: PermutationAlgorithm = check_algorithm(algorithm)
         self.dataset_length = length
+        self.epoch_length = length  # length of the epoch's global order (before padding)
         self.sample_keys = bool(sample_keys)
         self._resume_at = 0  # global position the next __iter__ starts from (one-shot)
         self._started_at = 0  # global position where the live iteration started
@@ -153,6 +154,13 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
         if self._stream is None:
             return self._resume_at
         return self._started_at + self._stream.yielded * self.num_replicas
+
+    @property
+    def frontier(self) -> int:
+        """Global position up to which this epoch's order has been computed (all ranks)."""
+        if self._stream is None:
+            return self._resume_at
+        return self._started_at + self._stream.produced * self.num_replicas
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch whose order the next ``__iter__`` yields.
@@ -196,14 +204,16 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
     def _iterate(self) -> Iterator[int]:
         start, self._resume_at = self._resume_at, 0
         span = rank_span(
-            self.dataset_length, self.num_replicas, self.rank, self.drop_last, consumed=start
+            self.epoch_length, self.num_replicas, self.rank, self.drop_last, consumed=start
         )
         order = self._order()
-        n, seed, epoch, keyed = self.dataset_length, self.seed, self.epoch, self.sample_keys
+        n, seed, epoch, keyed = self.epoch_length, self.seed, self.epoch, self.sample_keys
+
+        size = self._chunk_size()
 
         def chunks() -> Iterator[list[Any]]:
-            for begin in range(0, span.count, CHUNK_SIZE):
-                positions = span_positions(span, begin, begin + CHUNK_SIZE)
+            for begin in range(0, span.count, size):
+                positions = span_positions(span, begin, begin + size)
                 indices = order(positions % n)
                 yield (
                     make_sample_keys(indices, positions, seed, epoch) if keyed else indices.tolist()
@@ -212,6 +222,10 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
         self._started_at = start
         self._stream = ChunkStream(chunks())
         yield from self._stream
+
+    def _chunk_size(self) -> int:
+        """Samples of this rank computed at a time."""
+        return CHUNK_SIZE
 
     def __len__(self) -> int:
         """Samples this rank reads in a full epoch (torch's ``num_samples``)."""
@@ -230,11 +244,18 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
 
     def state_dict(self) -> dict[str, Any]:
         """Return the position: epoch and global samples consumed, with the fingerprint."""
+        return self.state_at(self.epoch, self.consumed)
+
+    def state_at(self, epoch: int, consumed: int) -> dict[str, Any]:
+        """Return the state this sampler has after ``consumed`` global samples of ``epoch``.
+
+        A loader that knows the position better than the sampler (it prefetches) uses this.
+        """
         return make_state(
             self.KIND,
             self.fingerprint,
-            epoch=self.epoch,
-            consumed=self.consumed,
+            epoch=epoch,
+            consumed=consumed,
             num_replicas=self.num_replicas,
         )
 
@@ -255,11 +276,11 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
             self.fingerprint,
             {"epoch": int, "consumed": int, "num_replicas": int},
         )
-        limit = self.dataset_length + state_dict["num_replicas"]
+        limit = self.epoch_length + state_dict["num_replicas"]
         if state_dict["consumed"] >= limit:
             raise StateMismatchError(
                 f"Cannot load this state into {self.KIND}: consumed={state_dict['consumed']} "
-                f"is past the end of an epoch of {self.dataset_length} samples over "
+                f"is past the end of an epoch of {self.epoch_length} samples over "
                 f"num_replicas={state_dict['num_replicas']} ranks (at most {limit - 1}). The "
                 "state is corrupted or belongs to another dataset."
             )

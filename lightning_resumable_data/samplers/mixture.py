@@ -1,0 +1,447 @@
+"""Weighted sampling over the sources of a :class:`MixtureDataset`, with exact phase changes."""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Final
+
+import numpy as np
+from numpy.typing import NDArray
+
+from lightning_resumable_data.datasets.mixture import MixtureDataset
+from lightning_resumable_data.index.mixture import (
+    check_weights,
+    counts_before,
+    mixture_probabilities,
+    segment_slice,
+    source_samples,
+    target_counts,
+)
+from lightning_resumable_data.samplers.distributed import DistributedSampler, check_non_negative_int
+from lightning_resumable_data.state import StateMismatchError
+
+__all__ = ["MixturePhase", "MixtureSampler", "check_phases"]
+
+Weights = Mapping[str, float] | Sequence[float]
+
+_GLOBAL_CHUNK: Final = 1 << 20  # global positions computed at a time, whatever the world
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MixturePhase:
+    """Weights from a training step (or epoch) on: one phase of a mixture schedule.
+
+    Exactly one of ``start_step`` (global optimizer-step count) and ``start_epoch`` is set.
+
+    Example:
+        >>> phase = MixturePhase(start_step=1000, weights={"web": 0.7, "code": 0.3})
+        >>> phase.start_step, phase.weights, phase.temperature
+        (1000, {'web': 0.7, 'code': 0.3}, 1.0)
+    """
+
+    start_step: int | None = None
+    start_epoch: int | None = None
+    weights: Mapping[str, float] = field(default_factory=dict)
+    temperature: float = 1.0
+
+    def __post_init__(self) -> None:
+        if (self.start_step is None) == (self.start_epoch is None):
+            raise ValueError(
+                f"MixturePhase(start_step={self.start_step}, start_epoch={self.start_epoch}) "
+                "needs exactly one of start_step and start_epoch."
+            )
+        start = self.start_step if self.start_step is not None else self.start_epoch
+        check_non_negative_int(
+            "start_step" if self.start_step is not None else "start_epoch", start
+        )
+        if not isinstance(self.weights, Mapping) or not self.weights:
+            raise ValueError(
+                f"MixturePhase weights={self.weights!r} must be a non-empty mapping of source "
+                "names to weights."
+            )
+        check_weights(list(self.weights.values()), list(self.weights))
+        mixture_probabilities([1.0], self.temperature)  # validates the temperature
+        object.__setattr__(self, "weights", dict(self.weights))
+
+
+def check_phases(phases: Sequence[MixturePhase]) -> None:
+    """Raise ``ValueError`` unless phases are of one kind and strictly increasing.
+
+    Example:
+        >>> check_phases([MixturePhase(start_step=0, weights={"a": 1}),
+        ...               MixturePhase(start_step=10, weights={"a": 1})])
+    """
+    by_step = {p.start_step is not None for p in phases}
+    if len(by_step) > 1:
+        raise ValueError("phases mix start_step and start_epoch; use one kind for all.")
+    starts = [p.start_step if p.start_step is not None else p.start_epoch for p in phases]
+    for before, after in itertools.pairwise(starts):
+        if after is None or before is None or after <= before:
+            raise ValueError(
+                f"phases must start in strictly increasing order, got starts {starts}; "
+                "sort them and merge phases that start at the same step."
+            )
+
+
+@dataclass(slots=True)
+class _Segment:
+    start: int
+    stop: int
+    counts: NDArray[np.int64]  # samples per source over the planned length
+    key: tuple[int, int, int]
+
+
+class MixtureSampler(DistributedSampler):
+    """Draw from weighted sources in a global order that resumes exactly, phases included.
+
+    Each epoch has ``samples_per_epoch`` global samples (default: the mixture's size). The
+    weights in force (``p ~ w ** (1 / temperature)``) set exact per-source counts (rounded to
+    sum to the budget); the order is a uniformly random arrangement of them, and each source
+    serves its draws from its own keyed permutation, reshuffled on each pass, so a source
+    repeats a sample only after it has used all of them. Ranks stride over the global order
+    like :class:`DistributedSampler`, so the same elastic resume applies.
+
+    The schedule of weight changes is part of the state: :meth:`update_weights` (or
+    ``schedule=`` at construction) records the (epoch, position) a change starts at, and a
+    resume before, at or after it reproduces the uninterrupted run exactly.
+
+    State keys: those of :class:`DistributedSampler` (fingerprint: ``sources``, ``sizes``,
+    ``seed``, ``samples_per_epoch``, ``drop_last``, ``initial``), plus ``schedule``: the list
+    of changes, each ``{"epoch", "position", "weights", "temperature", "plan_end"}``.
+
+    Args:
+        dataset: The :class:`MixtureDataset`.
+        weights: A weight per source: a mapping naming every source, or a sequence.
+        num_replicas: Data-parallel world size; ``None`` reads the process group.
+        rank: Data-parallel rank; ``None`` reads the process group.
+        seed: Seed of the order.
+        temperature: Temperature applied to the weights, > 0.
+        drop_last: Drop the ragged tail of an epoch instead of padding it.
+        samples_per_epoch: Global samples in an epoch.
+        sample_keys: Yield :class:`~lightning_resumable_data.SampleKey` indices.
+
+    Example:
+        >>> mix = MixtureDataset({"web": range(100), "code": range(10)})
+        >>> sampler = MixtureSampler(mix, {"web": 1.0, "code": 1.0}, 1, 0, seed=0,
+        ...                          samples_per_epoch=40)
+        >>> drawn = list(sampler)
+        >>> sampler.source_counts(sampler.consumed)
+        {'web': 20, 'code': 20}
+    """
+
+    KIND: ClassVar[str] = "MixtureSampler"
+
+    def __init__(
+        self,
+        dataset: MixtureDataset,
+        weights: Weights,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+        seed: int = 0,
+        temperature: float = 1.0,
+        drop_last: bool = True,
+        *,
+        samples_per_epoch: int | None = None,
+        sample_keys: bool = False,
+    ) -> None:
+        if not isinstance(dataset, MixtureDataset):
+            raise TypeError(
+                f"MixtureSampler samples a MixtureDataset, got {type(dataset).__name__}. Wrap "
+                "the sources: MixtureDataset({'web': web, 'code': code})."
+            )
+        super().__init__(
+            dataset, num_replicas, rank, True, seed, drop_last, sample_keys=sample_keys
+        )
+        self.mixture = dataset
+        budget = len(dataset) if samples_per_epoch is None else samples_per_epoch
+        self.epoch_length = check_non_negative_int("samples_per_epoch", budget)
+        if self.epoch_length == 0:
+            raise ValueError("samples_per_epoch must be > 0.")
+        self.num_samples = len(self)
+        self.total_size = self.num_samples * self.num_replicas
+        first = self._entry(0, 0, weights, temperature)
+        self._initial = {"weights": first["weights"], "temperature": first["temperature"]}
+        self._schedule: list[dict[str, Any]] = [first]
+        self._plans: dict[int, list[_Segment]] = {}
+
+    # -- weights and schedule ---------------------------------------------------------------
+
+    def _weights_list(self, weights: Weights) -> list[float]:
+        names = self.mixture.names
+        if isinstance(weights, Mapping):
+            unknown = sorted(set(weights) - set(names))
+            missing = [n for n in names if n not in weights]
+            if unknown or missing:
+                raise ValueError(
+                    f"weights must name every source of the mixture {list(names)} and no "
+                    f"other; unknown: {unknown}, missing: {missing}. Give 0 to leave a source "
+                    "out."
+                )
+            values = [float(weights[n]) for n in names]
+        else:
+            values = [float(w) for w in weights]
+        array = check_weights(values, names)
+        empty = [
+            n for n, w, s in zip(names, array, self.mixture.sizes, strict=True) if w > 0 and s == 0
+        ]
+        if empty:
+            raise ValueError(
+                f"sources {empty} are empty but have weight > 0; give them weight 0 or "
+                "add samples to them."
+            )
+        return [float(w) for w in array]
+
+    def _entry(
+        self, epoch: int, position: int, weights: Weights, temperature: float
+    ) -> dict[str, Any]:
+        values = self._weights_list(weights)
+        mixture_probabilities(values, temperature)  # validates the temperature
+        return {
+            "epoch": epoch,
+            "position": position,
+            "weights": values,
+            "temperature": float(temperature),
+            "plan_end": None,
+        }
+
+    @property
+    def schedule(self) -> list[dict[str, Any]]:
+        """The weight changes so far, in order (a copy)."""
+        return [dict(e, weights=list(e["weights"])) for e in self._schedule]
+
+    def weights_at(self, epoch: int, position: int = 0) -> dict[str, float]:
+        """The probabilities (after temperature) in force at a position of an epoch."""
+        entry = self._schedule[self._governing(epoch, position)]
+        probs = mixture_probabilities(entry["weights"], entry["temperature"])
+        return dict(zip(self.mixture.names, probs.tolist(), strict=True))
+
+    def _governing(self, epoch: int, position: int) -> int:
+        keys = [(e["epoch"], e["position"]) for e in self._schedule]
+        return bisect.bisect_right(keys, (epoch, position)) - 1
+
+    def update_weights(
+        self,
+        weights: Weights,
+        temperature: float | None = None,
+        *,
+        epoch: int | None = None,
+        position: int | None = None,
+    ) -> None:
+        """Change the weights from global ``position`` of ``epoch`` on.
+
+        By default the change starts where this epoch's order has not been computed yet
+        (:attr:`frontier`: the next sample if nothing is prefetched). For a change at an exact
+        step on every rank, pass ``position`` (the Lightning callback does). A change cannot
+        start where the order has already been computed (prefetched samples would differ).
+
+        The segment it interrupts keeps the arrangement it was planned with (its prefix is
+        used), so the result depends only on the sequence of calls, never on timing.
+
+        Raises:
+            ValueError: Bad weights or temperature, or a position already computed.
+        """
+        epoch = self.epoch if epoch is None else check_non_negative_int("epoch", epoch)
+        if position is None:
+            position = self.frontier if epoch == self.epoch else 0
+        position = check_non_negative_int("position", position)
+        last = self._schedule[-1]
+        temperature = last["temperature"] if temperature is None else temperature
+        entry = self._entry(epoch, position, weights, temperature)
+        same = [e for e in self._schedule if (e["epoch"], e["position"]) == (epoch, position)]
+        if same and (same[0]["weights"], same[0]["temperature"]) == (
+            entry["weights"],
+            entry["temperature"],
+        ):
+            return  # already scheduled (e.g. restored from a checkpoint): nothing changes
+        if (epoch, position) < (self.epoch, self.frontier):
+            raise ValueError(
+                f"update_weights(epoch={epoch}, position={position}) is too late: the order up "
+                f"to position {self.frontier} of epoch {self.epoch} is already computed "
+                "(prefetched). Schedule the change earlier, or pass a later position."
+            )
+        if (epoch, position) < (last["epoch"], last["position"]):
+            raise ValueError(
+                f"update_weights(epoch={epoch}, position={position}) comes before the last "
+                f"change (epoch {last['epoch']}, position {last['position']}); add changes in "
+                "order."
+            )
+        if not same and self._started(epoch):
+            self._freeze_segment_at(epoch, position)
+        if (last["epoch"], last["position"]) == (epoch, position):
+            self._schedule[-1] = entry
+        else:
+            self._schedule.append(entry)
+        self._plans.clear()
+
+    def _started(self, epoch: int) -> bool:
+        """Whether part of ``epoch``'s order may already have been computed."""
+        return epoch == self.epoch and (self._stream is not None or self._resume_at > 0)
+
+    def _freeze_segment_at(self, epoch: int, position: int) -> None:
+        """Pin the plan of the segment a change interrupts, so its prefix stays as planned."""
+        if position == 0 or position >= self.epoch_length:
+            return
+        governing = self._schedule[self._governing(epoch, position)]
+        if governing["epoch"] != epoch:  # the epoch starts with inherited weights
+            governing = dict(governing, epoch=epoch, position=0, plan_end=None)
+            self._schedule.insert(self._governing(epoch, position) + 1, governing)
+        if governing["plan_end"] is None:
+            plan = self._plan(epoch)
+            governing["plan_end"] = next(s for s in plan if s.start == governing["position"]).stop
+
+    # -- the order --------------------------------------------------------------------------
+
+    def _plan(self, epoch: int) -> list[_Segment]:
+        if epoch in self._plans:
+            return self._plans[epoch]
+        first = self._governing(epoch, 0)
+        entries = [self._schedule[first]] + [
+            e
+            for e in self._schedule[first + 1 :]
+            if e["epoch"] == epoch and e["position"] < self.epoch_length
+        ]
+        plan = []
+        for i, entry in enumerate(entries):
+            start = entry["position"] if entry["epoch"] == epoch else 0
+            stop = entries[i + 1]["position"] if i + 1 < len(entries) else self.epoch_length
+            end = (
+                entry["plan_end"]
+                if entry["plan_end"] is not None and entry["epoch"] == epoch
+                else stop
+            )
+            probs = mixture_probabilities(entry["weights"], entry["temperature"])
+            counts = target_counts(probs, end - start)
+            plan.append(_Segment(start, stop, counts, (epoch, start, end)))
+        self._plans = {epoch: plan}
+        return plan
+
+    def _chunk_size(self) -> int:
+        return max(1, _GLOBAL_CHUNK // self.num_replicas)
+
+    def _order(self) -> Any:
+        epoch = self.epoch
+        sizes = np.asarray(self.mixture.sizes, dtype=np.int64)
+        offsets = np.asarray(list(self.mixture.offsets.values()), dtype=np.int64)
+
+        def lookup(positions: NDArray[np.int64]) -> NDArray[np.int64]:
+            out = np.empty(len(positions), dtype=np.int64)
+            runs = np.split(np.arange(len(positions)), np.flatnonzero(np.diff(positions) < 0) + 1)
+            for run in runs:
+                if not len(run):
+                    continue
+                where = positions[run]
+                labels, draws = self._global_slice(epoch, int(where[0]), int(where[-1]) + 1)
+                labels, draws = labels[where - where[0]], draws[where - where[0]]
+                for source in np.unique(labels).tolist():
+                    mask = labels == source
+                    local = source_samples(
+                        draws[mask], int(sizes[source]), self.seed, (epoch, source)
+                    )
+                    out[run[mask]] = offsets[source] + local
+            return out
+
+        return lookup
+
+    def _global_slice(
+        self, epoch: int, start: int, stop: int
+    ) -> tuple[NDArray[np.int16], NDArray[np.int64]]:
+        """Sources and per-epoch draw numbers at global positions ``[start, stop)``."""
+        labels, draws = [], []
+        base = np.zeros(len(self.mixture.names), dtype=np.int64)
+        for segment in self._plan(epoch):
+            lo, hi = max(start, segment.start), min(stop, segment.stop)
+            if lo < hi:
+                seg_labels, seg_draws = segment_slice(
+                    segment.counts, self.seed, segment.key, lo - segment.start, hi - segment.start
+                )
+                labels.append(seg_labels)
+                draws.append(seg_draws + base[seg_labels])
+            if segment.stop >= stop:
+                break
+            base += counts_before(
+                segment.counts, self.seed, segment.key, segment.stop - segment.start
+            )
+        return np.concatenate(labels), np.concatenate(draws)
+
+    def source_counts(
+        self, consumed: int | None = None, epoch: int | None = None
+    ) -> dict[str, int]:
+        """Samples drawn from each source in the first ``consumed`` positions of an epoch.
+
+        Defaults: the current epoch, up to what this sampler has yielded.
+        """
+        consumed = self.consumed if consumed is None else consumed
+        consumed = min(consumed, self.epoch_length)
+        epoch = self.epoch if epoch is None else epoch
+        totals = np.zeros(len(self.mixture.names), dtype=np.int64)
+        for segment in self._plan(epoch):
+            upto = min(consumed, segment.stop) - segment.start
+            if upto <= 0:
+                break
+            totals += counts_before(segment.counts, self.seed, segment.key, upto)
+        return dict(zip(self.mixture.names, totals.tolist(), strict=True))
+
+    def __len__(self) -> int:
+        """Samples this rank reads in a full epoch."""
+        per_rank = self.epoch_length / self.num_replicas
+        return math.floor(per_rank) if self.drop_last else math.ceil(per_rank)
+
+    # -- state -----------------------------------------------------------------------------
+
+    @property
+    def fingerprint(self) -> dict[str, Any]:
+        """Everything the order depends on besides the epoch and the schedule's changes."""
+        return {
+            "sources": list(self.mixture.names),
+            "sizes": list(self.mixture.sizes),
+            "seed": self.seed,
+            "samples_per_epoch": self.epoch_length,
+            "drop_last": self.drop_last,
+            "initial": self._initial,
+        }
+
+    def state_at(self, epoch: int, consumed: int) -> dict[str, Any]:
+        """The position, the schedule of weight changes and the per-source counts there."""
+        state = super().state_at(epoch, consumed)
+        state["schedule"] = self.schedule
+        state["source_counts"] = self.source_counts(consumed, epoch)
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore the position and the schedule.
+
+        Raises:
+            StateMismatchError: Another version, kind, malformed state, other sources or
+                sizes, seed, epoch budget or initial weights.
+        """
+        schedule = state_dict.get("schedule") if isinstance(state_dict, Mapping) else None
+        checked = self._check_schedule(schedule)
+        super().load_state_dict(state_dict)
+        self._schedule = checked
+        self._plans.clear()
+
+    def _check_schedule(self, schedule: object) -> list[dict[str, Any]]:
+        prefix = f"Cannot load this state into {self.KIND}:"
+        if not isinstance(schedule, list) or not schedule:
+            raise StateMismatchError(
+                f"{prefix} its 'schedule' is missing or empty; the state is truncated or corrupted."
+            )
+        checked = []
+        try:
+            for entry in schedule:
+                fresh = self._entry(
+                    int(entry["epoch"]),
+                    int(entry["position"]),
+                    entry["weights"],
+                    float(entry["temperature"]),
+                )
+                plan_end = entry.get("plan_end")
+                fresh["plan_end"] = None if plan_end is None else int(plan_end)
+                checked.append(fresh)
+        except (KeyError, TypeError, ValueError) as error:
+            raise StateMismatchError(f"{prefix} its schedule entry is invalid ({error}).") from None
+        return checked

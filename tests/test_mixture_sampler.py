@@ -1,0 +1,280 @@
+import itertools
+import json
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from loader_helpers import as_ids, run_epochs, take
+from resume_helpers import assert_resumes
+
+from lightning_resumable_data import (
+    MixtureDataset,
+    MixturePhase,
+    MixtureSampler,
+    SampleKey,
+    StatefulDataLoader,
+    StateMismatchError,
+)
+from lightning_resumable_data.index.mixture import mixture_probabilities, target_counts
+from lightning_resumable_data.samplers.mixture import check_phases
+
+SIZES = {"web": 120, "code": 30, "math": 9}
+WEIGHTS = {"web": 0.6, "code": 0.3, "math": 0.1}
+NEW_WEIGHTS = {"web": 0.2, "code": 0.2, "math": 0.6}
+
+
+class Ids(torch.utils.data.Dataset[int]):
+    """Sample ``i`` of a source is ``start + i``: its index in the mixture."""
+
+    def __init__(self, n: int, start: int = 0) -> None:
+        self.n, self.start = n, start
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> int:
+        return self.start + int(index)
+
+
+def mixture() -> MixtureDataset:
+    starts = np.cumsum([0, *SIZES.values()]).tolist()
+    return MixtureDataset(
+        {name: Ids(n, start) for (name, n), start in zip(SIZES.items(), starts[:-1], strict=True)}
+    )
+
+
+def sampler(
+    world: int = 1, rank: int = 0, change_at: int | None = None, **kwargs: Any
+) -> MixtureSampler:
+    s = MixtureSampler(mixture(), WEIGHTS, world, rank, seed=3, samples_per_epoch=200, **kwargs)
+    if change_at is not None:
+        s.update_weights(NEW_WEIGHTS, epoch=0, position=change_at)
+    return s
+
+
+def source(index: int) -> str:
+    return mixture().source_of(index)
+
+
+def test_mixture_dataset_offsets_and_sources() -> None:
+    mix = MixtureDataset([Ids(2), Ids(0), Ids(3)], return_source=True)
+    assert len(mix) == 5
+    assert mix[4] == (2, "2")
+    assert mix.locate(2) == ("2", 0)
+    with pytest.raises(IndexError, match="out of range"):
+        mix[5]
+    with pytest.raises(ValueError, match="at least one source"):
+        MixtureDataset({})
+    with pytest.raises(TypeError, match="without __len__"):
+        MixtureDataset({"a": iter([1])})  # type: ignore[dict-item]
+
+
+def test_realised_proportions_are_the_exact_targets_per_epoch_and_per_phase() -> None:
+    for epoch in range(3):
+        s = sampler(change_at=80)
+        s.set_epoch(epoch)
+        drawn = [source(i) for i in s]
+        probs_before = mixture_probabilities(list(WEIGHTS.values()), 1.0)
+        probs_after = mixture_probabilities(list(NEW_WEIGHTS.values()), 1.0)
+        if epoch == 0:
+            expected_before = target_counts(probs_before, 80).tolist()
+            expected_after = target_counts(probs_after, 120).tolist()
+            assert [Counter(drawn[:80])[n] for n in SIZES] == expected_before
+            assert [Counter(drawn[80:])[n] for n in SIZES] == expected_after
+        else:  # the new weights hold for later epochs
+            assert [Counter(drawn)[n] for n in SIZES] == target_counts(probs_after, 200).tolist()
+        assert s.source_counts() == dict(Counter(drawn))
+
+
+def test_no_source_repeats_a_sample_before_using_all() -> None:
+    drawn = list(sampler(change_at=50))
+    offsets = mixture().offsets
+    for name, size in SIZES.items():
+        mine = [i - offsets[name] for i in drawn if source(i) == name]
+        for start in range(0, len(mine), size):
+            block = mine[start : start + size]
+            assert len(set(block)) == len(block)  # each pass has no repeat
+        if len(mine) > size:
+            assert mine[:size] != mine[size : 2 * size]  # and passes are reshuffled
+
+
+@given(k=st.integers(0, 200), change_at=st.sampled_from([None, 0, 1, 57, 100, 199]))
+@settings(max_examples=40, deadline=None)
+def test_resume_anywhere_around_a_phase_boundary(k: int, change_at: int | None) -> None:
+    assert_resumes(lambda: sampler(change_at=change_at), 0, k)
+
+
+def _loader(world: int, rank: int, batch: int, workers: int = 0) -> StatefulDataLoader:
+    s = sampler(world, rank, change_at=96)
+    return StatefulDataLoader(mixture(), batch_size=batch, sampler=s, num_workers=workers)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("k", [0, 5, 11, 12, 13, 30])  # the change is after batch 12
+def test_loader_resumes_exactly_around_the_phase_boundary(workers: int, k: int) -> None:
+    expected = run_epochs(_loader(1, 0, 8), 2)
+    seen, state = take(_loader(1, 0, 8, workers), k)
+    assert json.loads(json.dumps(state)) == state
+    assert state["sampler"]["schedule"][1]["position"] == 96
+    resumed = _loader(1, 0, 8, workers)
+    resumed.load_state_dict(state)
+    assert seen + run_epochs(resumed, 2) == expected
+
+
+def test_loader_resumes_twice_in_one_epoch() -> None:
+    expected = run_epochs(_loader(1, 0, 8), 1)
+    loader, seen = _loader(1, 0, 8), []
+    for k in (7, 6):  # before the boundary, then across it
+        chunk, state = take(loader, k)
+        seen += chunk
+        loader = _loader(1, 0, 8)
+        loader.load_state_dict(state)
+    assert seen + run_epochs(loader, 1) == expected
+
+
+@pytest.mark.parametrize(("world", "new_world"), [(2, 1), (1, 2), (2, 3)])
+def test_elastic_resume_keeps_draws_and_proportions(world: int, new_world: int) -> None:
+    uninterrupted = Counter(list(sampler(change_at=96)))
+    consumed: list[int] = []
+    state: dict[str, Any] = {}
+    for rank in range(world):
+        batches, state = take(_loader(world, rank, 4), 10)
+        consumed += [i for b in batches for i in b]
+    rest: list[int] = []
+    for rank in range(new_world):
+        loader = _loader(new_world, rank, 4)
+        loader.load_state_dict(state)
+        rest += [i for b in as_ids(loader) for i in b]
+    everything = Counter(consumed + rest)
+    # drop_last: the run on new_world ranks drops a ragged tail of < new_world positions.
+    assert sum((uninterrupted - everything).values()) < new_world
+    assert not everything - uninterrupted  # nothing drawn that the uninterrupted run did not
+
+
+def test_mid_iteration_change_is_reproducible_after_resume() -> None:
+    def run(resume_after: int | None) -> list[int]:
+        s = sampler()
+        it = iter(s)
+        out = list(itertools.islice(it, 40))
+        s.update_weights(NEW_WEIGHTS)  # at the frontier: where nothing is computed yet
+        if resume_after is not None:
+            out += list(itertools.islice(it, resume_after))
+            state = s.state_dict()
+            s = sampler()
+            s.load_state_dict(state)
+            it = iter(s)
+        return out + list(it)
+
+    assert run(None) == run(0) == run(30)
+
+
+def test_late_or_out_of_order_changes_are_refused() -> None:
+    s = sampler()
+    it = iter(s)
+    next(it)
+    with pytest.raises(ValueError, match="too late"):
+        s.update_weights(NEW_WEIGHTS, position=0)
+    s2 = sampler(change_at=100)
+    with pytest.raises(ValueError, match="add changes in order"):
+        s2.update_weights(WEIGHTS, epoch=0, position=50)
+    s2.update_weights(NEW_WEIGHTS, epoch=0, position=100)  # the same change again: no-op
+    assert len(s2.schedule) == 2
+
+
+def test_changes_in_future_epochs_are_exact_and_persist() -> None:
+    s = sampler()
+    s.update_weights({"web": 0, "code": 1, "math": 0}, epoch=1, position=100)
+    s.set_epoch(1)
+    drawn = [source(i) for i in s]
+    assert set(drawn[100:]) == {"code"}
+    assert s.weights_at(2)["code"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("weights", "match"),
+    [
+        ({"web": 1, "code": 1}, r"missing: \['math'\]"),
+        ({"web": 1, "code": 1, "math": 1, "art": 1}, r"unknown: \['art'\]"),
+        ({"web": -1, "code": 1, "math": 1}, "must be >= 0"),
+        ({"web": float("nan"), "code": 1, "math": 1}, "finite"),
+        ({"web": 0, "code": 0, "math": 0}, "all zero"),
+        ([1, 1], "got 2 weights for 3 sources"),
+    ],
+)
+def test_bad_weights_are_explained(weights: Any, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        MixtureSampler(mixture(), weights, 1, 0)
+
+
+def test_empty_source_needs_zero_weight() -> None:
+    mix = MixtureDataset({"a": Ids(5), "empty": Ids(0)})
+    MixtureSampler(mix, {"a": 1, "empty": 0}, 1, 0)  # fine
+    with pytest.raises(ValueError, match=r"sources \['empty'\] are empty but have weight > 0"):
+        MixtureSampler(mix, {"a": 1, "empty": 1}, 1, 0)
+    with pytest.raises(ValueError, match="temperature=0"):
+        MixtureSampler(mix, {"a": 1, "empty": 0}, 1, 0, temperature=0)
+    with pytest.raises(TypeError, match="samples a MixtureDataset"):
+        MixtureSampler(Ids(3), [1.0], 1, 0)  # type: ignore[arg-type]
+
+
+def test_phases_are_validated() -> None:
+    with pytest.raises(ValueError, match="exactly one of start_step and start_epoch"):
+        MixturePhase(weights={"a": 1})
+    with pytest.raises(ValueError, match="all zero"):
+        MixturePhase(start_step=0, weights={"a": 0})
+    with pytest.raises(ValueError, match="temperature=-1"):
+        MixturePhase(start_step=0, weights={"a": 1}, temperature=-1)
+    phase = MixturePhase(start_step=5, weights={"a": 1})
+    with pytest.raises(ValueError, match="strictly increasing"):
+        check_phases([phase, MixturePhase(start_step=5, weights={"a": 2})])
+    with pytest.raises(ValueError, match="strictly increasing"):
+        check_phases([phase, MixturePhase(start_step=1, weights={"a": 2})])
+    with pytest.raises(ValueError, match="mix start_step and start_epoch"):
+        check_phases([phase, MixturePhase(start_epoch=3, weights={"a": 2})])
+
+
+@pytest.mark.parametrize(
+    ("changed", "match"),
+    [
+        ({"sizes": {"web": 121, "code": 30, "math": 9}}, "sizes: saved"),
+        ({"names": ["web", "code", "art"]}, "sources: saved"),
+        ({"seed": 4}, "seed: saved 3, now 4"),
+        ({"weights": {"web": 1.0, "code": 0.3, "math": 0.1}}, "initial: saved"),
+    ],
+)
+def test_resume_with_other_sources_sizes_seed_or_weights_is_refused(
+    changed: dict[str, Any], match: str
+) -> None:
+    state = sampler(change_at=50).state_dict()
+    sizes = changed.get("sizes", SIZES)
+    names = changed.get("names", list(sizes))
+    mix = MixtureDataset({name: Ids(n) for name, n in zip(names, sizes.values(), strict=True)})
+    weights = dict(zip(names, changed.get("weights", WEIGHTS).values(), strict=True))
+    other = MixtureSampler(mix, weights, 1, 0, seed=changed.get("seed", 3), samples_per_epoch=200)
+    before = other.schedule
+    with pytest.raises(StateMismatchError, match=match):
+        other.load_state_dict(state)
+    assert other.schedule == before
+
+
+def test_corrupted_schedule_is_refused() -> None:
+    state = sampler(change_at=50).state_dict()
+    state["schedule"][1]["weights"] = [1, -1, 0]
+    with pytest.raises(StateMismatchError, match="schedule entry is invalid"):
+        sampler().load_state_dict(state)
+    del state["schedule"]
+    with pytest.raises(StateMismatchError, match="'schedule' is missing"):
+        sampler().load_state_dict(state)
+
+
+def test_mixture_sampler_passes_sample_keys_to_sources() -> None:
+    s = MixtureSampler(mixture(), WEIGHTS, 1, 0, seed=3, sample_keys=True)
+    key = next(iter(s))
+    assert isinstance(key, SampleKey)
+    assert key.position == 0
+    assert mixture()[key] == int(key)
+    assert np.isfinite(key.rng().random())
