@@ -20,18 +20,20 @@ It measures two things, in one run:
     * ``ours``: ``lightning_resumable_data.StatefulDataLoader`` with
       ``lightning_resumable_data.DistributedSampler``.
 
-    Each loader reads a warm-up epoch (0), then a timed epoch (1). The reported rate is
-    the steady state: batches after the first one, divided by the time from the first
-    batch to the end of the epoch (worker start-up and the sampler's per-epoch set-up
-    are excluded); the full epoch time, from ``iter(loader)``, is shown too. A round runs
-    the three loaders back to back in a fresh subprocess (one CPU and one torch thread
-    with ``num_workers=0``; unpinned with workers), and the order of the loaders rotates
-    and alternates between rounds. With ``--repeats k`` (default 5) there are k rounds per
-    ``num_workers``, interleaved; the table shows the median over the rounds. The overhead
-    is ``median torch rate / median ours rate - 1``; its range over the rounds (each
-    round's ours against the same round's torch) shows the noise. The first round also
-    checks, on a small dataset, that the three loaders yield identical batches in
-    epochs 0 and 1 (``DistributedSampler`` yields torch's order).
+    This machine's speed drifts by tens of percent within a second, so the three loaders
+    are measured side by side: a round (a fresh subprocess) builds the three, each over
+    its own copy of the dataset, warms them up (the full epoch 0 without workers, its
+    first 200 batches with workers), then reads epoch 1 of all three in turns: one batch
+    each in turn without workers, 100 with workers (one CPU and one torch thread without
+    workers, unpinned with). A loader's rate is its batches after the first divided by the
+    time spent inside its turns (steady state); the first batch (``iter``, worker
+    start-up, the sampler's per-epoch set-up) is shown apart. The overhead of a loader in
+    a round is its time over torch's for the same batches, minus 1. With ``--repeats k``
+    (default 5) there are k rounds per ``num_workers``, interleaved, and the order of the
+    loaders rotates and alternates between rounds; the table shows the medians over the
+    rounds and the range of the overhead. The first round also checks, on a small
+    dataset, that the three loaders yield identical batches in epochs 0 and 1
+    (``DistributedSampler`` yields torch's order).
 
 (b) Resume latency (``--parts resume``). An index-only dataset of ``--resume-n`` (default
     2 * 10**7) samples (``__getitem__`` returns the index), ``batch_size=1``,
@@ -80,7 +82,7 @@ import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -94,6 +96,8 @@ BATCH_SIZE = 64
 ROW_WIDTH = 8
 SEED = 0
 OVERHEAD_TARGET_PCT = 3.0  # ours vs torch's DataLoader, steady-state throughput
+TURN_WORKERS = 100  # batches per turn with workers (one at a time without)
+WARMUP_WORKERS = 200  # warm-up batches with workers (the full epoch 0 without)
 FLAT_RATIO = 1.5  # resume latency at the largest position vs the smallest ...
 FLAT_SLACK_MS = 2.0  # ... plus this much, for timings of a few ms
 CHILD_TIMEOUT_S = 1800
@@ -116,6 +120,8 @@ class ThroughputCase:
     n: int
     num_workers: int
     order: tuple[Loader, ...]
+    turn: int  # batches a loader reads before the next loader's turn
+    warmup_batches: int  # of epoch 0; 0: the full epoch
     check_n: int = 0  # > 0: also check that the loaders agree on a dataset of this size
 
 
@@ -204,30 +210,68 @@ def build_loader(
 
 
 def _start_epoch(impl: Loader, loader: Any, sampler: Any, epoch: int) -> None:
-    """torch and torchdata need ``set_epoch`` on the sampler; ours calls it itself."""
+    """Select ``epoch``: torch and torchdata through the sampler, ours through the loader.
+
+    Ours would also move on by itself after a full epoch (a no-op then); after an
+    abandoned warm-up it needs the call, as Lightning makes it.
+    """
     if impl == "ours":
+        loader.set_epoch(epoch)
         if loader.epoch != epoch:
             raise RuntimeError(f"ours is at epoch {loader.epoch}, expected {epoch}")
     else:
         sampler.set_epoch(epoch)
 
 
-def time_epoch(impl: Loader, loader: Any, sampler: Any, epoch: int) -> dict[str, float]:
-    """Read one epoch; return its batch count, steady-state rate and full time."""
-    _start_epoch(impl, loader, sampler, epoch)
-    start = time.perf_counter()
-    iterator = iter(loader)
-    next(iterator)
-    first = time.perf_counter()
-    count = 1
-    for _ in iterator:
-        count += 1
-    end = time.perf_counter()
-    del iterator
+def _next_batches(iterator: Iterator[Any], count: int) -> int:
+    """Read up to ``count`` batches; return how many there were."""
+    taken = 0
+    try:
+        for _ in range(count):
+            next(iterator)
+            taken += 1
+    except StopIteration:
+        pass
+    return taken
+
+
+def time_interleaved(
+    loaders: dict[Loader, tuple[Any, Any]], epoch: int, turn: int
+) -> dict[str, dict[str, float]]:
+    """Read ``epoch`` of every loader, ``turn`` batches at a time in turn; time each loader.
+
+    Each loader's time is the sum of its turns after its first batch; the first batch
+    (``iter``, worker start-up, the sampler's per-epoch set-up) is timed on its own.
+    """
+    clock = time.perf_counter
+    iterators: dict[Loader, Iterator[Any]] = {}
+    first_s: dict[Loader, float] = {}
+    for impl, (loader, sampler) in loaders.items():
+        _start_epoch(impl, loader, sampler, epoch)
+        start = clock()
+        iterators[impl] = iter(loader)
+        next(iterators[impl])
+        first_s[impl] = clock() - start
+    seconds = dict.fromkeys(loaders, 0.0)
+    batches = dict.fromkeys(loaders, 1)
+    live = list(loaders)
+    while live:
+        for impl in list(live):
+            start = clock()
+            taken = _next_batches(iterators[impl], turn)
+            seconds[impl] += clock() - start
+            batches[impl] += taken
+            if taken < turn:
+                live.remove(impl)
+    del iterators
     return {
-        "batches": count,
-        "steady_rate": (count - 1) / (end - first),
-        "epoch_s": end - start,
+        impl: {
+            "batches": batches[impl],
+            "seconds": seconds[impl],
+            "steady_rate": (batches[impl] - 1) / seconds[impl],
+            "first_ms": 1000 * first_s[impl],
+        }
+        for impl in loaders
     }
 
 
@@ -262,14 +306,25 @@ def run_throughput(case: ThroughputCase) -> dict[str, object]:
     if case.num_workers == 0:
         _pin_to_one_cpu()
     torch.set_num_threads(1)
-    dataset = RowDataset(case.n)
-    rates: dict[str, dict[str, float]] = {}
-    for impl in case.order:
-        loader, sampler = build_loader(impl, dataset, BATCH_SIZE, case.num_workers)
-        time_epoch(impl, loader, sampler, 0)  # warm-up
-        rates[impl] = time_epoch(impl, loader, sampler, 1)
-        del loader, sampler
-        gc.collect()
+    # One copy of the dataset per loader: the loaders read the same indices in the same
+    # order, and with a shared copy the one that comes first in a cycle warms the CPU
+    # caches for the others (about 9% between three identical torch loaders here).
+    loaders = {
+        impl: build_loader(impl, RowDataset(case.n), BATCH_SIZE, case.num_workers)
+        for impl in case.order
+    }
+    for impl, (loader, sampler) in loaders.items():  # warm-up: (part of) epoch 0
+        _start_epoch(impl, loader, sampler, 0)
+        iterator = iter(loader)
+        _next_batches(iterator, case.warmup_batches or len(loader))
+        del iterator
+    gc.collect()
+    rates = time_interleaved(loaders, 1, case.turn)
+    expected = -(-case.n // BATCH_SIZE)
+    if any(rate["batches"] != expected for rate in rates.values()):
+        raise RuntimeError(f"an epoch did not have {expected} batches: {rates}")
+    del loaders
+    gc.collect()
     check = check_same_batches(case.check_n, case.num_workers) if case.check_n else None
     return {"rates": rates, "check": check}
 
@@ -411,11 +466,14 @@ class ThroughputResult:
         """The median of ``key`` over the rounds."""
         return statistics.median(run[key] for run in self.rounds[impl])
 
-    def overhead_range(self, impl: Loader) -> tuple[float, float]:
-        """Min and max over rounds of this round's torch rate / ours rate - 1, in %."""
+    def overheads(self, impl: Loader) -> list[float]:
+        """Per round: ``impl``'s time over torch's time for the same batches, - 1, in %."""
         pairs = zip(self.rounds["torch"], self.rounds[impl], strict=True)
-        values = [100 * (t["steady_rate"] / o["steady_rate"] - 1) for t, o in pairs]
-        return min(values), max(values)
+        return [100 * (t["steady_rate"] / o["steady_rate"] - 1) for t, o in pairs]
+
+    def overhead(self, impl: Loader) -> float:
+        """The median over the rounds of the per-round overhead against torch, in %."""
+        return statistics.median(self.overheads(impl))
 
 
 def measure_throughput(
@@ -428,7 +486,14 @@ def measure_throughput(
             result = results[nw]
             if result.error is not None:
                 continue
-            case = ThroughputCase(n, nw, round_order(index), check_n if index == 0 else 0)
+            case = ThroughputCase(
+                n,
+                nw,
+                round_order(index),
+                turn=TURN_WORKERS if nw else 1,
+                warmup_batches=WARMUP_WORKERS if nw else 0,
+                check_n=check_n if index == 0 else 0,
+            )
             run = _spawn("throughput", case)
             if "error" in run:
                 result.error = str(run["error"])
@@ -499,31 +564,29 @@ def _pct(value: float) -> str:
 def render_throughput(results: Sequence[ThroughputResult], n: int, repeats: int) -> list[str]:
     """Markdown table of part (a)."""
     lines = [
-        f"## (a) Throughput: N={n:,}, batch_size={BATCH_SIZE}, epoch 1 after a warm-up epoch, "
-        f"median of {repeats} rounds",
+        f"## (a) Throughput: N={n:,}, batch_size={BATCH_SIZE}, epoch 1 after a warm-up, "
+        f"loaders interleaved, median of {repeats} rounds",
         "",
         "| num_workers | loader | batches/s (steady) | overhead vs torch "
-        "| range over rounds | epoch s (from iter) | epoch overhead vs torch |",
-        "|---|---|---|---|---|---|---|",
+        "| range over rounds | first batch ms |",
+        "|---|---|---|---|---|---|",
     ]
     for result in results:
         if result.error is not None:
-            lines.append(f"| {result.num_workers} | all | FAILED: {result.error} | | | | |")
+            lines.append(f"| {result.num_workers} | all | FAILED: {result.error} | | | |")
             continue
-        torch_rate = result.median("torch", "steady_rate")
-        torch_epoch = result.median("torch", "epoch_s")
         for impl in LOADERS:
-            rate, epoch_s = result.median(impl, "steady_rate"), result.median(impl, "epoch_s")
+            rate = result.median(impl, "steady_rate")
+            first_ms = result.median(impl, "first_ms")
             if impl == "torch":
-                overhead = spread = epoch_overhead = "—"
+                overhead = spread = "—"
             else:
-                overhead = _pct(100 * (torch_rate / rate - 1))
-                low, high = result.overhead_range(impl)
-                spread = f"{_pct(low)} … {_pct(high)}"
-                epoch_overhead = _pct(100 * (epoch_s / torch_epoch - 1))
+                overheads = result.overheads(impl)
+                overhead = _pct(result.overhead(impl))
+                spread = f"{_pct(min(overheads))} … {_pct(max(overheads))}"
             lines.append(
                 f"| {result.num_workers} | {impl} | {rate:,.0f} | {overhead} | {spread} "
-                f"| {epoch_s:.3f} | {epoch_overhead} |"
+                f"| {first_ms:,.1f} |"
             )
     return lines
 
@@ -605,9 +668,7 @@ def verdicts(throughput: Sequence[ThroughputResult], resume: Sequence[ResumeResu
         if t.error is not None or not t.rounds["ours"]:
             lines.append(f"throughput overhead at num_workers={t.num_workers}: n/a (failed)")
             continue
-        torch_rate = t.median("torch", "steady_rate")
-        ours_pct = 100 * (torch_rate / t.median("ours", "steady_rate") - 1)
-        theirs_pct = 100 * (torch_rate / t.median("torchdata", "steady_rate") - 1)
+        ours_pct, theirs_pct = t.overhead("ours"), t.overhead("torchdata")
         lines.append(
             f"throughput overhead at num_workers={t.num_workers}: ours {_pct(ours_pct)} vs "
             f"torch's DataLoader (target <= {OVERHEAD_TARGET_PCT:g}%; torchdata "
@@ -741,6 +802,13 @@ def _version(package: str) -> str:
         return "?"
 
 
+def _load() -> str:
+    """The load averages: other processes on the machine skew every timing."""
+    if not hasattr(os, "getloadavg"):
+        return "load average n/a"
+    return "load average " + " ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark (or, with ``--child``, one case) and return the exit code."""
     args = parse_args(argv)
@@ -761,7 +829,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"# StatefulDataLoader vs torch DataLoader vs torchdata StatefulDataLoader; "
         f"python {sys.version.split()[0]}, torch {_version('torch')}, "
-        f"torchdata {_version('torchdata')}, {os.cpu_count()} CPUs",
+        f"torchdata {_version('torchdata')}, {os.cpu_count()} CPUs, {_load()}",
         flush=True,
     )
     throughput: list[ThroughputResult] = []
@@ -775,6 +843,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print()
         print("\n".join(render_resume(resume, resume_n, args.resume_repeats, verify_max)))
     print()
+    print(f"# at the end: {_load()}")
     print("\n".join(verdicts(throughput, resume)))
     failures = correctness_failures(throughput, resume)
     if failures:

@@ -8,6 +8,7 @@ Example:
 """
 
 from lightning_resumable_data.datasets import MixtureDataset
+from lightning_resumable_data.lightning import ResumableDataCallback, ResumableDataModule
 from lightning_resumable_data.loader import StatefulDataLoader
 from lightning_resumable_data.randomness import SampleKey, sample_rng
 from lightning_resumable_data.samplers import (
@@ -24,6 +25,16 @@ from lightning_resumable_data.samplers import (
     SkipBatchSampler,
     SkipSampler,
 )
+from lightning_resumable_data.shards import (
+    DatasetShardReader,
+    DistributedShardedDataset,
+    ShardedDataLoader,
+    ShardedSampler,
+    ShardReader,
+    TokenShardReader,
+    open_token_shards,
+    write_token_shards,
+)
 from lightning_resumable_data.state import (
     STATE_VERSION,
     ResumeWarning,
@@ -34,7 +45,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "STATE_VERSION",
+    "DatasetShardReader",
     "DistributedSampler",
+    "DistributedShardedDataset",
     "MixtureDataset",
     "MixturePhase",
     "MixtureSampler",
@@ -42,15 +55,23 @@ __all__ = [
     "RepeatSampler",
     "ReproducibleShuffleBatchSampler",
     "ReproducibleShuffleSampler",
+    "ResumableDataCallback",
+    "ResumableDataModule",
     "ResumableSequentialSampler",
     "ResumeWarning",
     "SampleKey",
     "ShardBatchSampler",
+    "ShardReader",
     "ShardSampler",
+    "ShardedDataLoader",
+    "ShardedSampler",
     "SkipBatchSampler",
     "SkipSampler",
     "StateMismatchError",
     "StatefulDataLoader",
+    "TokenShardReader",
     "__version__",
+    "open_token_shards",
     "sample_rng",
+    "write_token_shards",
 ]

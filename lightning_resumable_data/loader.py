@@ -7,6 +7,7 @@ state for the samplers of this package by one global position.
 
 from __future__ import annotations
 
+import copy
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sized
@@ -18,7 +19,12 @@ from torchdata.stateful_dataloader import StatefulDataLoader as _TorchdataLoader
 
 from lightning_resumable_data.randomness import worker_seed
 from lightning_resumable_data.samplers.distributed import check_non_negative_int
-from lightning_resumable_data.state import StateMismatchError, check_state, make_state
+from lightning_resumable_data.state import (
+    ResumeWarning,
+    StateMismatchError,
+    check_state,
+    make_state,
+)
 
 __all__ = ["PositionSampler", "SkippableSampler", "StatefulDataLoader"]
 
@@ -46,6 +52,7 @@ class PositionSampler(SkippableSampler, Protocol):
     @property
     def consumed(self) -> int: ...  # noqa: D102
     def state_at(self, epoch: int, consumed: int) -> dict[str, Any]: ...  # noqa: D102
+    def samples_left(self, consumed: int) -> int: ...  # noqa: D102
     def state_dict(self) -> dict[str, Any]: ...  # noqa: D102
     def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...  # noqa: D102
 
@@ -102,6 +109,9 @@ class StatefulDataLoader(_TorchdataLoader[Any]):
         in_order: Yield batches in sampler order.
         seed: Seed of the worker RNGs; defaults to the sampler's ``seed``, else 0.
         max_epochs: Refuse a state whose epoch is beyond this (the run's last epoch).
+        strict_resume: Refuse a state saved with another seed, dataset or sampler
+            configuration. With ``False`` such a state only restores the epoch and position
+            (with a warning), and the order after it follows the new configuration.
 
     Example:
         >>> from lightning_resumable_data import DistributedSampler
@@ -143,6 +153,7 @@ class StatefulDataLoader(_TorchdataLoader[Any]):
         in_order: bool = True,
         seed: int | None = None,
         max_epochs: int | None = None,
+        strict_resume: bool = True,
     ) -> None:
         with warnings.catch_warnings():  # torchdata calls a deprecated torch API on init
             warnings.filterwarnings("ignore", message=".*set_vital.*is deprecated")
@@ -175,7 +186,9 @@ class StatefulDataLoader(_TorchdataLoader[Any]):
         sampler_seed = getattr(self.position_sampler, "seed", 0)
         self.seed = check_non_negative_int("seed", sampler_seed if seed is None else seed)
         self._user_generator = generator is not None
+        self.strict_resume = strict_resume
         self._progress = _Progress()
+        self._trained: tuple[int, int] | None = None
         self._live: weakref.ref[_CountingIterator] | None = None
         self._warned_replay = False
         self._check_batches_fit()
@@ -260,7 +273,13 @@ class StatefulDataLoader(_TorchdataLoader[Any]):
             sampler.set_epoch(progress.epoch)
         if self.resume_mode == "position":
             assert isinstance(sampler, PositionSampler)
-            progress.epoch_start = sampler.consumed - progress.batches_yielded * self._step_samples
+            if progress.resume_at is not None:  # the loader, not the sampler, owns a restore
+                sampler.load_state_dict(sampler.state_at(progress.epoch, progress.resume_at))
+                progress.resume_at = None
+            progress.base_consumed, progress.base_batches = (
+                sampler.consumed,
+                progress.batches_yielded,
+            )
         elif self.resume_mode == "skip" and hasattr(sampler, "state_dict"):
             # The sampler's state where this iteration begins: a resume loads it and skips
             # the batches yielded since (the sampler's live state runs ahead by the prefetch).
@@ -276,6 +295,28 @@ class StatefulDataLoader(_TorchdataLoader[Any]):
         self._live = weakref.ref(live)
         return live
 
+    def __len__(self) -> int:
+        """Batches in the current epoch.
+
+        After a resume under another world size or batch size: the batches already trained
+        (counted in the old layout) plus the batches left.
+        """
+        full = super().__len__()
+        progress, sampler = self._progress, self.position_sampler
+        if self.resume_mode != "position" or not isinstance(sampler, PositionSampler):
+            return full
+        if progress.resume_at is not None:
+            consumed, batches = progress.resume_at, progress.batches_yielded
+        elif progress.iterating:
+            consumed, batches = progress.base_consumed, progress.base_batches
+        else:
+            return full
+        return batches + self._batches_left(sampler, consumed) if consumed else full
+
+    def _batches_left(self, sampler: PositionSampler, consumed: int) -> int:
+        left = sampler.samples_left(consumed)
+        return left // self._batch_samples if self.drop_last else -(-left // self._batch_samples)
+
     @property
     def _step_samples(self) -> int:
         """Global samples consumed by one batch on every rank."""
@@ -289,12 +330,37 @@ class StatefulDataLoader(_TorchdataLoader[Any]):
         length = len(self.dataset) if isinstance(self.dataset, Sized) else None
         return {"mode": self.resume_mode, "dataset_length": length}
 
-    def state_dict(self) -> dict[str, Any]:
-        """The position after the last batch that left the loader, identical on every rank."""
+    def note_trained(self, epoch: int, batches: int) -> None:
+        """Tell the loader how many batches of ``epoch`` the model has trained on.
+
+        A trainer that fetches batches ahead of training (Lightning does for loaders without
+        a length) calls this from its step events; :meth:`state_dict` then describes the
+        position after the trained batches, not after the fetched ones.
+        """
+        self._trained = (
+            check_non_negative_int("epoch", epoch),
+            check_non_negative_int("batches", batches),
+        )
+
+    def _trained_view(self) -> tuple[_Progress, int]:
+        """The progress and batch count the state describes: trained, else yielded."""
         progress = self._progress
+        if self._trained is None:
+            return progress, progress.batches_yielded
+        epoch, trained = self._trained
+        previous = progress.previous
+        if epoch == progress.epoch:
+            return progress, min(trained, progress.batches_yielded)
+        if previous is not None and epoch == previous.epoch and trained < previous.batches_yielded:
+            return previous, trained  # the loader ended the epoch ahead of the model
+        return progress, progress.batches_yielded
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position after the last batch trained (or yielded), identical on every rank."""
+        progress, batches = self._trained_view()
         position: dict[str, Any] = {
             "epoch": progress.epoch,
-            "batches_yielded": progress.batches_yielded,
+            "batches_yielded": batches,
             "batch_size": self._batch_samples,
             "num_replicas": self._num_replicas,
         }
@@ -303,13 +369,20 @@ class StatefulDataLoader(_TorchdataLoader[Any]):
             assert isinstance(sampler, PositionSampler)
             # A short last batch counts less than a full one; the sampler has drawn at least
             # what left the loader, so its own count caps ours.
-            counted = progress.epoch_start + progress.batches_yielded * self._step_samples
-            consumed = min(counted, sampler.consumed)
+            counted = (
+                progress.base_consumed + (batches - progress.base_batches) * self._step_samples
+            )
+            if progress.resume_at is not None:  # restored, not iterated yet
+                counted = progress.resume_at
+            consumed = min(counted, sampler.consumed) if progress is self._progress else counted
+            if self._batches_left(sampler, consumed) == 0:  # the epoch is over: say so
+                position.update(epoch=progress.epoch + 1, batches_yielded=0)
+                consumed = 0
             position["consumed"] = consumed
-            position["sampler"] = sampler.state_at(progress.epoch, consumed)
+            position["sampler"] = sampler.state_at(position["epoch"], consumed)
         elif self.resume_mode == "skip":
             origin = progress.origin
-            if origin is None and hasattr(sampler, "state_dict"):
+            if origin is None and progress is self._progress and hasattr(sampler, "state_dict"):
                 origin = sampler.state_dict()  # not iterating: the pending position
             if origin is not None:
                 position["sampler"] = origin
@@ -342,7 +415,12 @@ class StatefulDataLoader(_TorchdataLoader[Any]):
             required |= {"consumed": int, "sampler": dict}
         elif self.resume_mode == "torchdata":
             required["torchdata"] = dict
-        check_state(state_dict, self.KIND, self.fingerprint, required)
+        fingerprint = self.fingerprint
+        if not self.strict_resume and isinstance(state_dict, dict):
+            saved = state_dict.get("fingerprint")
+            if isinstance(saved, dict) and saved.get("mode") == fingerprint["mode"]:
+                fingerprint = saved  # accept another dataset; the mode must still match
+        check_state(state_dict, self.KIND, fingerprint, required)
         epoch = state_dict["epoch"]
         if self.max_epochs is not None and epoch > self.max_epochs:
             raise StateMismatchError(
@@ -351,6 +429,7 @@ class StatefulDataLoader(_TorchdataLoader[Any]):
                 "to continue it."
             )
         self._progress = self._restore(state_dict)
+        self._trained = None
         self._live = None
 
     def _restore(self, state: dict[str, Any]) -> _Progress:
@@ -358,14 +437,20 @@ class StatefulDataLoader(_TorchdataLoader[Any]):
         progress = _Progress(epoch=state["epoch"], batches_yielded=state["batches_yielded"])
         if self.resume_mode == "position":
             assert isinstance(sampler, PositionSampler)
-            sampler.load_state_dict(state["sampler"])  # validates its fingerprint first
-            same_shape = (state["batch_size"], state["num_replicas"]) == (
-                self._batch_samples,
-                self._num_replicas,
-            )
-            if not same_shape:  # elastic: count batches of the new shape from here
-                progress.batches_yielded = 0
-            progress.epoch_start = state["consumed"] - progress.batches_yielded * self._step_samples
+            try:
+                sampler.load_state_dict(state["sampler"])  # validates its fingerprint first
+            except StateMismatchError as error:
+                if self.strict_resume:
+                    raise
+                warnings.warn(
+                    f"Resuming under a changed configuration (strict_resume=False): {error} "
+                    "Only the epoch and position are restored.",
+                    ResumeWarning,
+                    stacklevel=3,
+                )
+            # Batches keep the trainer's count (in the saved layout); the position is global.
+            progress.resume_at = progress.base_consumed = state["consumed"]
+            progress.base_batches = progress.batches_yielded
         elif self.resume_mode == "skip":
             assert isinstance(sampler, SkippableSampler)
             if "sampler" in state and hasattr(sampler, "load_state_dict"):
@@ -405,13 +490,19 @@ class _Progress:
     def __init__(self, epoch: int = 0, batches_yielded: int = 0) -> None:
         self.epoch = epoch
         self.batches_yielded = batches_yielded
-        self.epoch_start = 0  # global samples consumed before this epoch's iterator began
+        self.base_consumed = 0  # global samples consumed when this epoch's reading began
+        self.base_batches = 0  # batches counted by then (a resume keeps the trainer's count)
         self.origin: dict[str, Any] | None = None  # skip mode: sampler state at that start
+        self.resume_at: int | None = None  # position mode: restored, applied at __iter__
         self.iterating = False  # an iterator of this epoch was started and has not ended
+        self.previous: _Progress | None = None  # the epoch before, as it ended
 
     def end_epoch(self) -> None:
+        self.previous = copy.copy(self)
+        self.previous.previous = None
         self.epoch += 1
-        self.batches_yielded = self.epoch_start = 0
+        self.resume_at = None
+        self.batches_yielded = self.base_consumed = self.base_batches = 0
         self.origin = None
         self.iterating = False
 

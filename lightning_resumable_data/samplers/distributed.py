@@ -10,7 +10,7 @@ import numpy as np
 import torch.utils.data
 from numpy.typing import NDArray
 
-from lightning_resumable_data.index.partition import rank_span, span_positions
+from lightning_resumable_data.index.partition import rank_span, samples_per_rank, span_positions
 from lightning_resumable_data.index.permutation import (
     PermutationAlgorithm,
     check_algorithm,
@@ -222,6 +222,10 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
         self._started_at = start
         self._stream = ChunkStream(chunks())
         yield from self._stream
+
+    def samples_left(self, consumed: int) -> int:
+        """Samples this rank still reads in an epoch after ``consumed`` global samples."""
+        return samples_per_rank(self.epoch_length - consumed, self.num_replicas, self.drop_last)
 
     def _chunk_size(self) -> int:
         """Samples of this rank computed at a time."""

@@ -167,6 +167,7 @@ class MixtureSampler(DistributedSampler):
         self._initial = {"weights": first["weights"], "temperature": first["temperature"]}
         self._schedule: list[dict[str, Any]] = [first]
         self._plans: dict[int, list[_Segment]] = {}
+        self.allow_schedule_change = False
 
     # -- weights and schedule ---------------------------------------------------------------
 
@@ -421,8 +422,44 @@ class MixtureSampler(DistributedSampler):
         schedule = state_dict.get("schedule") if isinstance(state_dict, Mapping) else None
         checked = self._check_schedule(schedule)
         super().load_state_dict(state_dict)
-        self._schedule = checked
+        self._schedule = self._reconcile(checked, state_dict["epoch"], state_dict["consumed"])
         self._plans.clear()
+
+    def _reconcile(
+        self, saved: list[dict[str, Any]], epoch: int, consumed: int
+    ) -> list[dict[str, Any]]:
+        """Check the schedule configured here against the saved one (it must be a prefix).
+
+        Changes installed before loading (phases) must match the saved run's; changes made
+        later in that run (``update_weights`` while training) come with the state. With
+        ``allow_schedule_change``, the saved schedule is kept up to the resume point and this
+        sampler's changes apply after it.
+        """
+
+        def key(entry: Mapping[str, Any]) -> tuple[Any, ...]:
+            return (entry["epoch"], entry["position"], entry["weights"], entry["temperature"])
+
+        now = self._schedule
+        mismatch = next(
+            (i for i, (a, b) in enumerate(zip(now, saved, strict=False)) if key(a) != key(b)),
+            len(saved) if len(now) > len(saved) else None,
+        )
+        if mismatch is None:
+            return saved
+        if not self.allow_schedule_change:
+            shown_saved = key(saved[mismatch]) if mismatch < len(saved) else "none"
+            raise StateMismatchError(
+                f"Cannot load this state into {self.KIND}: the mixture schedule differs from "
+                f"the saved one at change #{mismatch}: saved {shown_saved}, now "
+                f"{key(now[mismatch])} (epoch, position, weights, temperature). The resumed "
+                "run would not mix what the interrupted run mixed. Restore the saved phases, "
+                "or set allow_schedule_change=True to keep the saved schedule up to the "
+                "resume point and use the new one after it."
+            )
+        point = (epoch, consumed)
+        merged = [e for e in saved if (e["epoch"], e["position"]) <= point]
+        merged += [e for e in now if (e["epoch"], e["position"]) > point]
+        return merged
 
     def _check_schedule(self, schedule: object) -> list[dict[str, Any]]:
         prefix = f"Cannot load this state into {self.KIND}:"

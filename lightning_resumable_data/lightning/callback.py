@@ -1,0 +1,163 @@
+"""The Callback: mixture phases, the trained position, logging, and a config check on resume."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import lightning.pytorch as pl
+from lightning.pytorch.utilities import rank_zero_warn
+from typing_extensions import override
+
+from lightning_resumable_data.lightning.datamodule import ResumableDataModule, _phase_dict
+from lightning_resumable_data.loader import StatefulDataLoader
+from lightning_resumable_data.samplers.mixture import MixturePhase, MixtureSampler, check_phases
+from lightning_resumable_data.state import StateMismatchError
+
+__all__ = ["ResumableDataCallback"]
+
+_STATE_VERSION = 1
+
+
+class ResumableDataCallback(pl.Callback):
+    """Keeps the data position exact through checkpoints, and runs the mixture schedule.
+
+    * **Phases**: hands its :class:`~lightning_resumable_data.MixturePhase` list to the
+      :class:`ResumableDataModule`, which installs each phase in the sampler as a weight
+      change at the exact global position of its step, before any batch is read — so the
+      phase starts at that step on every rank, however far the workers prefetch.
+    * **Position**: tells the training loader, at every batch start and end, how many
+      batches of the epoch the model has trained on. Lightning fetches one batch ahead for
+      loaders without a length; the loader state Lightning writes into the checkpoint is
+      then still the trained position, whichever hook saves it.
+    * **Logging**: every ``log_every_n_steps`` steps, logs the weights in force and the
+      samples drawn per source this epoch (``data/weight/<source>``,
+      ``data/drawn/<source>``) through the trainer's logger.
+    * **Checkpoint**: saves its phases (under the stable ``state_key``
+      ``"ResumableDataCallback"``) and, on resume, refuses changed phases unless
+      ``allow_config_change=True``.
+
+    Example::
+
+        dm = ResumableDataModule({"web": web, "code": code}, weights={"web": 0.8, "code": 0.2})
+        callback = ResumableDataCallback(
+            phases=[MixturePhase(start_step=1000, weights={"web": 0.5, "code": 0.5})]
+        )
+        trainer = Trainer(callbacks=[callback], ...)
+        trainer.fit(model, datamodule=dm, ckpt_path="last")
+
+    Args:
+        phases: Weight changes by ``start_step`` (optimizer steps) or ``start_epoch``.
+        log_every_n_steps: Logging period; ``None`` uses the trainer's, ``0`` disables.
+        allow_config_change: Accept a resume whose phases differ from the saved ones.
+    """
+
+    def __init__(
+        self,
+        phases: Sequence[MixturePhase] = (),
+        *,
+        log_every_n_steps: int | None = None,
+        allow_config_change: bool = False,
+    ) -> None:
+        self.phases = tuple(phases)
+        check_phases(self.phases)
+        self.log_every_n_steps = log_every_n_steps
+        self.allow_config_change = allow_config_change
+        self._check_epoch = False
+
+    @property
+    @override
+    def state_key(self) -> str:
+        return "ResumableDataCallback"
+
+    @override
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        datamodule = getattr(trainer, "datamodule", None)
+        if isinstance(datamodule, ResumableDataModule):
+            datamodule.phases = self.phases
+        elif self.phases:
+            raise ValueError(
+                "ResumableDataCallback(phases=...) needs a ResumableDataModule: pass "
+                "trainer.fit(model, datamodule=ResumableDataModule(...))."
+            )
+
+    @staticmethod
+    def train_loader(trainer: pl.Trainer) -> StatefulDataLoader | None:
+        """The training loader of this package, if the trainer uses one."""
+        loader = getattr(trainer.fit_loop, "_combined_loader", None)
+        for candidate in getattr(loader, "flattened", []):
+            if isinstance(candidate, StatefulDataLoader):
+                return candidate
+        return None
+
+    @override
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._check_epoch = True
+
+    def _compare_epochs(self, trainer: pl.Trainer, loader: StatefulDataLoader) -> None:
+        self._check_epoch = False
+        if loader.epoch != trainer.current_epoch:
+            rank_zero_warn(
+                f"The training loader is at epoch {loader.epoch} but the trainer at epoch "
+                f"{trainer.current_epoch}; the data order follows the loader's epoch. This "
+                "happens when the loader state and the trainer state come from different "
+                "checkpoints."
+            )
+
+    @override
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        loader = self.train_loader(trainer)
+        if loader is not None:
+            if self._check_epoch:
+                self._compare_epochs(trainer, loader)
+            loader.note_trained(trainer.current_epoch, batch_idx)
+
+    @override
+    def on_train_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        loader = self.train_loader(trainer)
+        if loader is None:
+            return
+        loader.note_trained(trainer.current_epoch, batch_idx + 1)
+        period = self.log_every_n_steps
+        if period is None:  # the trainer's setting (set by its logger connector)
+            period = int(getattr(trainer, "log_every_n_steps", 50))
+        if period and (batch_idx + 1) % period == 0:
+            self._log(loader, pl_module)
+
+    @staticmethod
+    def _log(loader: StatefulDataLoader, pl_module: pl.LightningModule) -> None:
+        sampler = loader.position_sampler
+        if not isinstance(sampler, MixtureSampler):
+            return
+        consumed = loader.state_dict()["consumed"]
+        metrics = {
+            f"data/weight/{k}": v for k, v in sampler.weights_at(loader.epoch, consumed).items()
+        }
+        drawn = sampler.source_counts(consumed, loader.epoch)
+        metrics |= {f"data/drawn/{k}": float(v) for k, v in drawn.items()}
+        pl_module.log_dict(metrics, rank_zero_only=True)
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        return {"version": _STATE_VERSION, "phases": [_phase_dict(p) for p in self.phases]}
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        saved = state_dict.get("phases")
+        now = [_phase_dict(p) for p in self.phases]
+        if saved != now and not self.allow_config_change:
+            raise StateMismatchError(
+                f"Cannot resume: the mixture phases changed (saved {saved}, now {now}). The "
+                "resumed run would not mix what the interrupted run mixed. Restore the saved "
+                "phases, or pass ResumableDataCallback(allow_config_change=True) (and "
+                "ResumableDataModule(allow_config_change=True)) to accept the change."
+            )

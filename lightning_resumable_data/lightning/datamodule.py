@@ -1,0 +1,326 @@
+"""The LightningDataModule: samplers and loaders built from the trainer's strategy."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import lightning.pytorch as pl
+from lightning.pytorch.utilities import rank_zero_info
+from torch.utils.data import DataLoader, Dataset
+from typing_extensions import override
+
+from lightning_resumable_data.datasets.mixture import MixtureDataset
+from lightning_resumable_data.index.permutation import PermutationAlgorithm, check_algorithm
+from lightning_resumable_data.loader import StatefulDataLoader
+from lightning_resumable_data.samplers.distributed import DistributedSampler, check_non_negative_int
+from lightning_resumable_data.samplers.mixture import MixturePhase, MixtureSampler, check_phases
+from lightning_resumable_data.state import StateMismatchError
+
+__all__ = ["ResumableDataModule"]
+
+_STATE_VERSION = 1
+
+
+class ResumableDataModule(pl.LightningDataModule):
+    """Train, validation and test loaders that resume exactly under ``trainer.fit(ckpt_path=)``.
+
+    The training loader is a :class:`~lightning_resumable_data.StatefulDataLoader` over a
+    :class:`~lightning_resumable_data.DistributedSampler` (one dataset) or a
+    :class:`~lightning_resumable_data.MixtureSampler` (a mapping of named sources). Rank and
+    world size come from ``trainer.strategy.distributed_sampler_kwargs`` (DDP, FSDP,
+    DeepSpeed, and model-parallel strategies with a data-parallel mesh), whatever launched
+    the processes. The samplers subclass ``torch.utils.data.DistributedSampler``, so
+    Lightning neither replaces nor wraps them, whatever ``use_distributed_sampler`` says.
+    Lightning saves the loader's state in the checkpoint and restores it on resume; pair the
+    module with :class:`~lightning_resumable_data.ResumableDataCallback` so that the saved
+    position is the one the model has trained on, and for mixture phases.
+
+    Validation and test loaders are unshuffled and deterministic; with several ranks the
+    last row is padded by wrapping around (``drop_last=False``), as torch does.
+
+    Datasets can be passed in, or created by a subclass in :meth:`setup` (assign
+    ``self.train_dataset`` and friends), which suits ``LightningCLI``: every other argument
+    is a plain type-hinted value.
+
+    Args:
+        train_dataset: A map-style dataset, or a mapping of source names to datasets.
+        val_dataset: Validation dataset.
+        test_dataset: Test dataset.
+        batch_size: Training samples per batch on each rank.
+        eval_batch_size: Validation/test batch size (default: ``batch_size``).
+        num_workers: Loader worker processes.
+        seed: Seed of the order (and of the worker RNGs).
+        shuffle: Shuffle the training order every epoch (single dataset).
+        algorithm: ``"randperm"`` (torch's order) or ``"feistel"`` (O(1) memory).
+        drop_last: Drop the ragged tail of an epoch (single dataset; mixtures always do).
+        weights: Source weights for a mixture (default: proportional to source sizes).
+        temperature: Temperature of the mixture weights.
+        samples_per_epoch: Global samples per mixture epoch (default: all sources' sizes).
+        pin_memory: Pin batches.
+        persistent_workers: Keep workers between epochs.
+        prefetch_factor: Batches each worker loads ahead.
+        sample_keys: Give datasets :class:`~lightning_resumable_data.SampleKey` indices.
+        collate_fn: Batch collation.
+        allow_config_change: Resume even if the seed or datasets changed (the position is
+            kept; the order after it follows the new configuration).
+
+    Example:
+        >>> dm = ResumableDataModule(range(100), batch_size=8, seed=1)
+        >>> dm.setup("fit")
+        >>> loader = dm.train_dataloader()  # without a trainer: one process
+        >>> len(loader), type(loader.sampler).__name__
+        (13, 'DistributedSampler')
+    """
+
+    def __init__(
+        self,
+        train_dataset: Dataset[Any] | Mapping[str, Dataset[Any]] | Sequence[Any] | None = None,
+        val_dataset: Dataset[Any] | Sequence[Any] | None = None,
+        test_dataset: Dataset[Any] | Sequence[Any] | None = None,
+        *,
+        batch_size: int = 32,
+        eval_batch_size: int | None = None,
+        num_workers: int = 0,
+        seed: int = 0,
+        shuffle: bool = True,
+        algorithm: PermutationAlgorithm = "randperm",
+        drop_last: bool = False,
+        weights: Mapping[str, float] | None = None,
+        temperature: float = 1.0,
+        samples_per_epoch: int | None = None,
+        pin_memory: bool = False,
+        persistent_workers: bool = False,
+        prefetch_factor: int | None = None,
+        sample_keys: bool = False,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+        allow_config_change: bool = False,
+    ) -> None:
+        super().__init__()
+        self.train_dataset = train_dataset
+        self.val_dataset = val_dataset
+        self.test_dataset = test_dataset
+        if check_non_negative_int("batch_size", batch_size) == 0:
+            raise ValueError("batch_size=0 must be >= 1.")
+        self.batch_size = batch_size
+        self.eval_batch_size = batch_size if eval_batch_size is None else eval_batch_size
+        self.num_workers = check_non_negative_int("num_workers", num_workers)
+        self.seed = check_non_negative_int("seed", seed)
+        self.shuffle = shuffle
+        self.algorithm: PermutationAlgorithm = check_algorithm(algorithm)
+        self.drop_last = drop_last
+        self.weights = None if weights is None else dict(weights)
+        self.temperature = temperature
+        self.samples_per_epoch = samples_per_epoch
+        self.pin_memory = pin_memory
+        self.persistent_workers = persistent_workers and num_workers > 0
+        self.prefetch_factor = prefetch_factor
+        self.sample_keys = sample_keys
+        self.collate_fn = collate_fn
+        self.allow_config_change = allow_config_change
+        self.phases: tuple[MixturePhase, ...] = ()  # set by ResumableDataCallback.setup
+        self.train_loader: StatefulDataLoader | None = None
+        self._loader_state: dict[str, Any] | None = None  # restored, applied at build
+
+    # -- where this process stands ----------------------------------------------------------
+
+    def world(self) -> tuple[int, int]:
+        """``(num_replicas, rank)`` of the data-parallel group, from the trainer's strategy."""
+        trainer = self.trainer
+        kwargs = getattr(trainer.strategy, "distributed_sampler_kwargs", None) if trainer else None
+        if not kwargs:
+            return 1, 0
+        return int(kwargs["num_replicas"]), int(kwargs["rank"])
+
+    # -- loaders --------------------------------------------------------------------------
+
+    @override
+    def train_dataloader(self) -> StatefulDataLoader:
+        """The training loader: built once per fit, resumable."""
+        if self.train_dataset is None:
+            raise ValueError(
+                "ResumableDataModule has no train_dataset: pass one, or assign "
+                "self.train_dataset in setup()."
+            )
+        num_replicas, rank = self.world()
+        sampler: DistributedSampler
+        dataset: Any = self.train_dataset
+        if isinstance(dataset, Mapping):
+            dataset = MixtureDataset(dataset)
+            weights = self.weights or dict(
+                zip(dataset.names, map(float, dataset.sizes), strict=True)
+            )
+            sampler = MixtureSampler(
+                dataset,
+                weights,
+                num_replicas,
+                rank,
+                seed=self.seed,
+                temperature=self.temperature,
+                samples_per_epoch=self.samples_per_epoch,
+                sample_keys=self.sample_keys,
+            )
+            sampler.allow_schedule_change = self.allow_config_change
+            self._schedule_phases(sampler)
+        else:
+            if self.phases:
+                raise ValueError(
+                    "mixture phases need named sources: pass train_dataset as a mapping "
+                    "{'web': ..., 'code': ...}."
+                )
+            sampler = DistributedSampler(
+                dataset,
+                num_replicas,
+                rank,
+                shuffle=self.shuffle,
+                seed=self.seed,
+                drop_last=self.drop_last,
+                algorithm=self.algorithm,
+                sample_keys=self.sample_keys,
+            )
+        max_epochs = self.trainer.max_epochs if self.trainer is not None else None
+        self.train_loader = StatefulDataLoader(
+            dataset,
+            batch_size=self.batch_size,
+            sampler=sampler,
+            drop_last=self.drop_last,
+            max_epochs=max_epochs if max_epochs is not None and max_epochs >= 0 else None,
+            strict_resume=not self.allow_config_change,
+            **self._loader_options(),
+        )
+        if self._loader_state is not None:
+            # Restored before Lightning measures len(loader): after an elastic resume the
+            # current epoch has another number of batches, and Lightning reads it only once.
+            self.train_loader.load_state_dict(self._loader_state)
+            self._loader_state = None
+        return self.train_loader
+
+    def _schedule_phases(self, sampler: MixtureSampler) -> None:
+        """Install the phases as weight changes at exact (epoch, position)s, before any read."""
+        check_phases(self.phases)
+        batches = len(sampler) // self.batch_size  # mixtures drop the last partial batch
+        if batches == 0:
+            raise ValueError(
+                f"batch_size={self.batch_size} is larger than a rank's share of a mixture "
+                f"epoch ({len(sampler)}); lower it or raise samples_per_epoch."
+            )
+        accumulate = getattr(self.trainer, "accumulate_grad_batches", 1) or 1
+        step_samples = self.batch_size * sampler.num_replicas
+        for phase in self.phases:
+            if phase.start_epoch is not None:
+                epoch, position = phase.start_epoch, 0
+            else:
+                assert phase.start_step is not None
+                epoch, batch = divmod(phase.start_step * accumulate, batches)
+                position = batch * step_samples
+            sampler.update_weights(phase.weights, phase.temperature, epoch=epoch, position=position)
+
+    def _eval_loader(self, dataset: Any) -> DataLoader[Any]:
+        num_replicas, rank = self.world()
+        sampler = DistributedSampler(
+            dataset, num_replicas, rank, shuffle=False, sample_keys=self.sample_keys
+        )
+        return DataLoader(
+            dataset, batch_size=self.eval_batch_size, sampler=sampler, **self._loader_options()
+        )
+
+    def _loader_options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {
+            "num_workers": self.num_workers,
+            "pin_memory": self.pin_memory,
+            "persistent_workers": self.persistent_workers,
+            "collate_fn": self.collate_fn,
+        }
+        if self.num_workers > 0 and self.prefetch_factor is not None:
+            options["prefetch_factor"] = self.prefetch_factor
+        return options
+
+    @override
+    def val_dataloader(self) -> DataLoader[Any] | list[Any]:
+        """Unshuffled validation loader (empty list without a validation dataset)."""
+        return [] if self.val_dataset is None else self._eval_loader(self.val_dataset)
+
+    @override
+    def test_dataloader(self) -> DataLoader[Any] | list[Any]:
+        """Unshuffled test loader (empty list without a test dataset)."""
+        return [] if self.test_dataset is None else self._eval_loader(self.test_dataset)
+
+    # -- checkpoint -------------------------------------------------------------------------
+
+    def config(self) -> dict[str, Any]:
+        """What a resume compares: sources, sizes, seed, world size, batch size, phases."""
+        dataset = self.train_dataset
+        if isinstance(dataset, Mapping):
+            sources = {name: len(d) for name, d in dataset.items()}  # type: ignore[arg-type]
+        else:
+            sources = {"": len(dataset)} if dataset is not None else {}  # type: ignore[arg-type]
+        num_replicas, _ = self.world()
+        return {
+            "sources": sources,
+            "seed": self.seed,
+            "num_replicas": num_replicas,
+            "batch_size": self.batch_size,
+            "phases": [_phase_dict(p) for p in self.phases],
+        }
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        """The configuration and the training loader's position (what the model trained on)."""
+        state: dict[str, Any] = {"version": _STATE_VERSION, "config": self.config()}
+        if self.train_loader is not None:
+            state["train_loader"] = self.train_loader.state_dict()
+        return state
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Compare the saved configuration with this one before training starts.
+
+        A changed world size or batch size resumes elastically; a change of sources, sizes,
+        seed or phases raises, unless ``allow_config_change=True``.
+
+        Raises:
+            StateMismatchError: The configuration changed and the change was not allowed.
+        """
+        saved = state_dict.get("config") if isinstance(state_dict, Mapping) else None
+        if not isinstance(saved, Mapping):
+            raise StateMismatchError(
+                "Cannot resume ResumableDataModule: the checkpoint has no data configuration. "
+                "It was written without this data module; start a fresh run."
+            )
+        now = self.config()
+        changed = {
+            k: (saved.get(k), now[k])
+            for k in ("sources", "seed", "phases")
+            if saved.get(k) != now[k]
+        }
+        if changed and not self.allow_config_change:
+            details = "; ".join(f"{k}: saved {a!r}, now {b!r}" for k, (a, b) in changed.items())
+            raise StateMismatchError(
+                f"Cannot resume: the data configuration changed ({details}). The resumed run "
+                "would not see the batches the interrupted run would have seen. Restore the "
+                "saved configuration, or pass ResumableDataModule(allow_config_change=True) "
+                "to accept the change."
+            )
+        loader_state = state_dict.get("train_loader")
+        self._loader_state = dict(loader_state) if isinstance(loader_state, Mapping) else None
+        shape = [
+            (k, saved.get(k), now[k])
+            for k in ("num_replicas", "batch_size")
+            if saved.get(k) != now[k]
+        ]
+        if shape:
+            rank_zero_info(
+                "Elastic resume: "
+                + ", ".join(f"{k} {a} -> {b}" for k, a, b in shape)
+                + ". The rest of the epoch is spread over the new layout; every sample is "
+                "still seen once."
+            )
+
+
+def _phase_dict(phase: MixturePhase) -> dict[str, Any]:
+    return {
+        "start_step": phase.start_step,
+        "start_epoch": phase.start_epoch,
+        "weights": dict(phase.weights),
+        "temperature": phase.temperature,
+    }

@@ -1,0 +1,360 @@
+"""A map-style dataset over shards: few shards resident, the next ones loaded in the background."""
+
+from __future__ import annotations
+
+import bisect
+import os
+import threading
+import warnings
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+import torch.utils.data
+from numpy.typing import NDArray
+
+from lightning_resumable_data.index.sharding import check_shard_sizes, shard_order, shard_starts
+from lightning_resumable_data.randomness import SampleKey
+from lightning_resumable_data.samplers.distributed import check_non_negative_int
+from lightning_resumable_data.shards.readers import ShardReader
+from lightning_resumable_data.shards.sampler import ShardedSampler
+from lightning_resumable_data.state import StateMismatchError
+
+__all__ = ["DistributedShardedDataset", "ShardStats"]
+
+T = TypeVar("T")
+
+
+@dataclass
+class ShardStats:
+    """What the dataset did in this process (each DataLoader worker counts its own).
+
+    Attributes:
+        loads: Shard loads started (on demand or by prefetch).
+        prefetches: Of those, loads started ahead of the first read of the shard.
+        evictions: Shards closed to stay within ``max_resident``.
+        waits: Reads that had to wait for their shard's load to finish.
+        peak_resident: Most shards resident (loaded or loading) at once.
+    """
+
+    loads: int = 0
+    prefetches: int = 0
+    evictions: int = 0
+    waits: int = 0
+    peak_resident: int = 0
+
+
+class _Residency:
+    """Per-process state: which shards are resident (LRU) and the loading thread."""
+
+    def __init__(self, background: bool) -> None:
+        self.pid = os.getpid()
+        self.lock = threading.Lock()
+        self.cache: OrderedDict[int, Future[None]] = OrderedDict()
+        self.executor = (
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="shard-prefetch")
+            if background
+            else None
+        )
+        self.last: tuple[int, int] | None = None  # (epoch, shard) of the last read
+        self.orders: dict[int, NDArray[np.int64]] = {}
+        self.stats = ShardStats()
+        self.warned_seed = False
+
+    def submit(self, task: Callable[[], None]) -> Future[None]:
+        """Run ``task`` on the loading thread (in order), or now without one."""
+        if self.executor is not None:
+            return self.executor.submit(task)
+        future: Future[None] = Future()
+        try:
+            task()
+            future.set_result(None)
+        except Exception as error:
+            future.set_exception(error)
+        return future
+
+
+class DistributedShardedDataset(torch.utils.data.Dataset[T], Generic[T]):
+    """Samples of many shards as one map-style dataset, with few shards resident at a time.
+
+    Index ``i`` is the global sample index in file order (shard 0's samples, then shard
+    1's, ...). The order, and the split over ranks, belong to the sampler:
+    :meth:`sampler` returns the matching :class:`ShardedSampler`, which visits the shards in
+    a per-epoch shuffled order with each shard's samples shuffled, and strides that order
+    over ranks so that every rank reads the same shard at the same time.
+
+    Residency: at most ``max_resident`` shards are loaded (or loading) in each process
+    (least recently read evicted first). When a read reaches a new shard, the next
+    ``prefetch`` shards of the epoch's order (continuing into the next epoch) start loading
+    on a background thread, so a sampler crossing a shard boundary finds the next shard
+    ready. The dataset learns the epoch from the :class:`~lightning_resumable_data.SampleKey`
+    indices the sampler yields, which reach DataLoader workers (persistent or not) intact;
+    plain ``int`` indices use :meth:`set_epoch` instead (main process only).
+
+    Departures from the llm-pytorch seed: ranks are not given contiguous chunks of the
+    dataset; the sampler strides the global order, so a resume can change the world size and
+    all ranks need the same one or two shards at a time. The tail is the sampler's
+    ``drop_last``/padding rule, not a cut of the last shard.
+
+    Args:
+        readers: One reader per shard, in file order (e.g. from ``open_token_shards``).
+        max_resident: Most shards loaded at once per process; at least ``prefetch + 1``.
+        prefetch: Shards to load ahead of the one being read; 0 loads on demand only.
+        seed: Seed of the shard and sample orders (the sampler's).
+        shuffle_shards: Shuffle the shard order every epoch (passed to :meth:`sampler`).
+        shuffle_samples: Shuffle the samples within each shard every epoch.
+
+    Example:
+        >>> from lightning_resumable_data.shards import DatasetShardReader
+        >>> shards = [DatasetShardReader(list(range(s, s + 3)), name=f"s{s}") for s in (0, 3)]
+        >>> dataset = DistributedShardedDataset(shards, max_resident=2, prefetch=1)
+        >>> len(dataset), dataset[4]
+        (6, 4)
+        >>> sampler = dataset.sampler(num_replicas=1, rank=0)
+        >>> sorted(dataset[i] for i in sampler)
+        [0, 1, 2, 3, 4, 5]
+        >>> dataset.close()
+    """
+
+    def __init__(
+        self,
+        readers: Sequence[ShardReader[T]],
+        *,
+        max_resident: int = 2,
+        prefetch: int = 1,
+        seed: int = 0,
+        shuffle_shards: bool = True,
+        shuffle_samples: bool = True,
+    ) -> None:
+        readers = list(readers)
+        if not readers:
+            raise ValueError(
+                "DistributedShardedDataset got an empty shard list; pass at least one reader "
+                "(open_token_shards(directory) returns one per shard)."
+            )
+        for number, reader in enumerate(readers):
+            if not isinstance(reader, ShardReader):
+                raise TypeError(
+                    f"readers[{number}] is a {type(reader).__name__}, not a ShardReader; wrap "
+                    "a map-style dataset in DatasetShardReader."
+                )
+        self.readers = readers
+        self.prefetch = check_non_negative_int("prefetch", prefetch)
+        self.max_resident = check_non_negative_int("max_resident", max_resident)
+        if self.max_resident < self.prefetch + 1:
+            raise ValueError(
+                f"max_resident={max_resident} cannot hold the shard being read plus "
+                f"prefetch={prefetch} shards loaded ahead; use max_resident >= {prefetch + 1} "
+                "or a smaller prefetch."
+            )
+        self.seed = check_non_negative_int("seed", seed)
+        self.shuffle_shards = bool(shuffle_shards)
+        self.shuffle_samples = bool(shuffle_samples)
+        sizes = check_shard_sizes([len(reader) for reader in readers])
+        self.shard_sizes: tuple[int, ...] = tuple(int(n) for n in sizes)
+        self.shard_names: tuple[str, ...] = tuple(reader.name for reader in readers)
+        self._starts: list[int] = shard_starts(sizes).tolist()
+        self.epoch = 0
+        self._residency: _Residency | None = None
+
+    def __len__(self) -> int:
+        return self._starts[-1]
+
+    # -- the sampler ---------------------------------------------------------------------
+
+    def sampler(
+        self, num_replicas: int | None = None, rank: int | None = None, drop_last: bool = False
+    ) -> ShardedSampler:
+        """The :class:`ShardedSampler` of this dataset's seed and shuffle settings."""
+        return ShardedSampler(
+            self,
+            num_replicas,
+            rank,
+            seed=self.seed,
+            shuffle_shards=self.shuffle_shards,
+            shuffle_samples=self.shuffle_samples,
+            drop_last=drop_last,
+        )
+
+    def set_epoch(self, epoch: int) -> None:
+        """Epoch used to plan prefetching for plain ``int`` indices (keys carry their own)."""
+        self.epoch = check_non_negative_int("epoch", epoch)
+
+    def check_shards(self) -> None:
+        """Raise ``StateMismatchError`` if a shard's storage vanished or changed.
+
+        Called when a state is loaded: a shard deleted or rewritten between save and resume
+        is reported before any batch is read.
+        """
+        for number, reader in enumerate(self.readers):
+            try:
+                reader.check()
+            except (OSError, ValueError) as error:
+                raise StateMismatchError(
+                    f"Cannot resume over shard {number} ({reader.name!r}): {error} A shard that "
+                    "vanished or changed between save and resume would make the resumed run "
+                    "read other samples. Restore the shard, or start a fresh run."
+                ) from error
+            if len(reader) != self.shard_sizes[number]:
+                raise StateMismatchError(
+                    f"Cannot resume over shard {number} ({reader.name!r}): it now has "
+                    f"{len(reader)} samples, it had {self.shard_sizes[number]}."
+                )
+
+    # -- reading -------------------------------------------------------------------------
+
+    def locate(self, index: int) -> tuple[int, int]:
+        """Return (shard, index within the shard) of global sample ``index``.
+
+        Example:
+            >>> from lightning_resumable_data.shards import DatasetShardReader
+            >>> dataset = DistributedShardedDataset(
+            ...     [DatasetShardReader([0] * n) for n in (2, 0, 3)])
+            >>> dataset.locate(1), dataset.locate(2)
+            ((0, 1), (2, 0))
+        """
+        if not 0 <= index < self._starts[-1]:
+            raise IndexError(
+                f"index {int(index)} is out of range for a sharded dataset of "
+                f"{self._starts[-1]} samples."
+            )
+        shard = bisect.bisect_right(self._starts, index) - 1
+        return shard, int(index) - self._starts[shard]
+
+    def __getitem__(self, index: int) -> T:
+        shard, local = self.locate(index)
+        epoch = self.epoch
+        if isinstance(index, SampleKey):
+            epoch = index.epoch
+            self._check_key_seed(index)
+        future = self._acquire(shard, epoch)
+        if not future.done():
+            self._state().stats.waits += 1
+        try:
+            future.result()
+        except BaseException:
+            residency = self._state()
+            with residency.lock:  # forget the failed load, so that a later read retries it
+                if residency.cache.get(shard) is future:
+                    del residency.cache[shard]
+            raise
+        return self.readers[shard].read(local)
+
+    def _check_key_seed(self, key: SampleKey) -> None:
+        residency = self._state()
+        if key.seed != self.seed and not residency.warned_seed:
+            residency.warned_seed = True
+            warnings.warn(
+                f"DistributedShardedDataset(seed={self.seed}) is read through a sampler with "
+                f"seed={key.seed}: prefetching follows seed {self.seed}'s shard order and loads "
+                "the wrong shards. Build the sampler with dataset.sampler(...).",
+                UserWarning,
+                stacklevel=3,
+            )
+
+    # -- residency -----------------------------------------------------------------------
+
+    @property
+    def stats(self) -> ShardStats:
+        """Counters of this process (see :class:`ShardStats`)."""
+        return self._state().stats
+
+    @property
+    def resident_shards(self) -> tuple[int, ...]:
+        """Shards loaded or loading in this process, least recently read first."""
+        return tuple(self._state().cache)
+
+    def _state(self) -> _Residency:
+        residency = self._residency
+        if residency is None or residency.pid != os.getpid():
+            # First use, or a forked worker: the parent's loaded shards are copies here that
+            # nothing tracks; release them and start an empty cache with its own thread.
+            if residency is not None:
+                for reader in self.readers:
+                    reader.close()
+            residency = self._residency = _Residency(background=self.prefetch > 0)
+        return residency
+
+    def _acquire(self, shard: int, epoch: int) -> Future[None]:
+        residency = self._state()
+        with residency.lock:
+            # The shard being read, then the ones after it, become the most recently used
+            # entries; at most prefetch + 1 <= max_resident of them, so eviction (from the
+            # least recently used end) never touches them.
+            future = residency.cache.get(shard)
+            if future is None:
+                future = self._start_load(residency, shard, ahead=False)
+            else:
+                residency.cache.move_to_end(shard)
+            if residency.last != (epoch, shard):
+                residency.last = (epoch, shard)
+                for upcoming in self._upcoming(residency, epoch, shard):
+                    if upcoming in residency.cache:
+                        residency.cache.move_to_end(upcoming)
+                    else:
+                        self._start_load(residency, upcoming, ahead=True)
+        return future
+
+    def _start_load(self, residency: _Residency, shard: int, ahead: bool) -> Future[None]:
+        # Evict first: its close is queued before this load, so the loading thread never
+        # holds more than max_resident shards, even for a moment.
+        while len(residency.cache) >= self.max_resident:
+            evicted, pending = residency.cache.popitem(last=False)
+            residency.stats.evictions += 1
+            if not pending.cancel():  # loading or loaded: close it after its load
+                residency.submit(self.readers[evicted].close)
+        residency.stats.loads += 1
+        residency.stats.prefetches += ahead
+        future = residency.submit(self.readers[shard].load)
+        residency.cache[shard] = future
+        residency.stats.peak_resident = max(residency.stats.peak_resident, len(residency.cache))
+        return future
+
+    def _upcoming(self, residency: _Residency, epoch: int, shard: int) -> list[int]:
+        """The ``prefetch`` non-empty shards after ``shard`` in the epoch order (and beyond)."""
+        if self.prefetch == 0:
+            return []
+        order = self._order(residency, epoch)
+        slot = int(np.flatnonzero(order == shard)[0])
+        upcoming: list[int] = []
+        while len(upcoming) < self.prefetch:
+            slot += 1
+            if slot == len(order):  # continue into the next epoch's order
+                epoch, slot = epoch + 1, 0
+                order = self._order(residency, epoch)
+            candidate = int(order[slot])
+            if candidate == shard or candidate in upcoming:
+                break  # fewer shards than prefetch + 1: all are planned
+            if self.shard_sizes[candidate]:
+                upcoming.append(candidate)
+        return upcoming
+
+    def _order(self, residency: _Residency, epoch: int) -> NDArray[np.int64]:
+        order = residency.orders.get(epoch)
+        if order is None:
+            if len(residency.orders) > 2:
+                residency.orders.pop(min(residency.orders))
+            order = shard_order(len(self.readers), self.seed, epoch, self.shuffle_shards)
+            residency.orders[epoch] = order
+        return order
+
+    def close(self) -> None:
+        """Stop the loading thread and release every shard (in this process)."""
+        residency, self._residency = self._residency, None
+        if residency is not None and residency.executor is not None:
+            residency.executor.shutdown(wait=True, cancel_futures=True)
+        for reader in self.readers:
+            reader.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle the configuration and readers, not the threads or the cache."""
+        return {**self.__dict__, "_residency": None}
+
+    def __repr__(self) -> str:
+        return (
+            f"DistributedShardedDataset({len(self.readers)} shards, {len(self)} samples, "
+            f"max_resident={self.max_resident}, prefetch={self.prefetch}, seed={self.seed})"
+        )

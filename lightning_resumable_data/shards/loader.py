@@ -1,0 +1,438 @@
+"""The shard-streaming loader: shard and micro-batch prefetch, device transfer, exact resume."""
+
+from __future__ import annotations
+
+import functools
+import queue
+import threading
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import torch
+import torch.utils.data
+from lightning_utilities.core.apply_func import apply_to_collection
+
+from lightning_resumable_data.index.partition import samples_per_rank
+from lightning_resumable_data.samplers.distributed import check_non_negative_int
+from lightning_resumable_data.shards.dataset import DistributedShardedDataset
+from lightning_resumable_data.shards.readers import ShardReader
+from lightning_resumable_data.shards.sampler import ShardedSampler, check_shards_unchanged
+from lightning_resumable_data.state import check_state, make_state
+
+__all__ = ["DataLoaderFactory", "DefaultDataLoaderFactory", "ShardedDataLoader"]
+
+DataLoaderFactory = Callable[[torch.utils.data.Dataset[Any], ShardedSampler], Iterable[Any]]
+
+
+@dataclass(frozen=True)
+class DefaultDataLoaderFactory:
+    """Builds the ``torch.utils.data.DataLoader`` that reads the rank's stream into batches.
+
+    ``multiprocessing=True`` reads in one persistent worker process (shard loads, reads and
+    collation leave the training process); ``False`` reads in the calling thread.
+
+    Example:
+        >>> factory = DefaultDataLoaderFactory(batch_size=2, multiprocessing=False)
+        >>> loader = factory(list(range(4)), None)
+        >>> [batch.tolist() for batch in loader]
+        [[0, 1], [2, 3]]
+    """
+
+    batch_size: int
+    drop_last: bool = False
+    collate_fn: Callable[[list[Any]], Any] | None = None
+    multiprocessing: bool = True
+    pin_memory: bool = False
+
+    def __call__(
+        self, dataset: torch.utils.data.Dataset[Any], sampler: ShardedSampler | None
+    ) -> torch.utils.data.DataLoader[Any]:
+        """A DataLoader over ``dataset`` in ``sampler``'s order."""
+        return torch.utils.data.DataLoader(
+            dataset,
+            batch_size=self.batch_size,
+            sampler=sampler,
+            drop_last=self.drop_last,
+            collate_fn=self.collate_fn,
+            num_workers=1 if self.multiprocessing else 0,
+            persistent_workers=self.multiprocessing,
+            pin_memory=self.pin_memory,
+        )
+
+
+def _agree(name: str, given: Any, actual: Any, owner: str) -> Any:
+    """``actual``, after checking that an explicitly ``given`` value agrees with it."""
+    if given is not None and given != actual:
+        raise ValueError(
+            f"{name}={given!r} disagrees with the {owner}, which has {name}={actual!r}. Leave "
+            f"{name} out (it is taken from the {owner}) or pass a matching {owner}."
+        )
+    return actual
+
+
+class ShardedDataLoader(Iterable[Any]):
+    """Stream a rank's batches from shards, prefetching shards and micro-batches ahead.
+
+    The parameters and the pipeline follow fkat's ``ShardedDataLoader``: a shard sampler, a
+    data-loader factory, shard prefetch, micro-batch prefetch and a background device
+    transfer, with the reading optionally in another process. The position is
+    this package's: the rank reads ``G[r::W]`` of the sharded global order ``G`` (see
+    :class:`ShardedSampler`), batches are counted as they leave the loader, and the state is
+    the epoch and the global samples consumed. It is the same on every rank and resumes
+    exactly mid-shard (no replay of a partly used shard), also under another world size or
+    batch size (the rest of the epoch, every sample once).
+
+    Pipeline: ``dataloader_factory(dataset, sampler)`` reads the rank's stream into batches
+    (by default a DataLoader with one persistent worker process if ``multiprocessing``,
+    else in this process); the dataset loads the next ``num_shard_prefetches`` shards on a
+    background thread of whichever process reads; a background thread keeps
+    ``num_microbatch_prefetches`` batches ready, already moved to ``device`` (pinned, with
+    ``non_blocking=True``, when it is a CUDA device).
+
+    State keys: ``version``, ``kind``, ``fingerprint`` (the sampler's: shard count, sizes
+    digest, seed, shuffle flags, ``drop_last``), ``epoch``, ``consumed``.
+
+    Args:
+        shards: Shard readers (``open_token_shards(...)``) or a ``DistributedShardedDataset``.
+        batch_size: Samples per batch on this rank.
+        seed: Seed of the orders; defaults to the dataset's, else 0.
+        shard_sampler: A :class:`ShardedSampler` over these shards; built from
+            ``dp_rank``/``num_replicas``/``drop_last`` if not given.
+        dataloader_factory: ``(dataset, sampler) -> iterable of batches``; it must batch in
+            the sampler's order with ``batch_size``. Defaults to
+            :class:`DefaultDataLoaderFactory`.
+        num_shard_prefetches: Shards loaded ahead (default 1, or the dataset's).
+        num_microbatch_prefetches: Batches kept ready by the background thread; 0 reads in
+            the caller.
+        dp_rank: Data-parallel rank; ``None`` reads the process group.
+        num_replicas: Data-parallel world size; ``None`` reads the process group.
+        device: Move batches there in the background.
+        multiprocessing: Read in a worker process (the default factory's ``num_workers=1``).
+        drop_last: Drop the ragged tail of the epoch and a short last batch.
+        collate_fn: Collation of the default factory.
+        max_resident: Shards resident per process (default ``num_shard_prefetches + 1``).
+
+    Example:
+        >>> from lightning_resumable_data.shards import DatasetShardReader
+        >>> shards = [DatasetShardReader(list(range(s, s + 4))) for s in (0, 4, 8)]
+        >>> loader = ShardedDataLoader(shards, batch_size=2, dp_rank=0, num_replicas=1,
+        ...                            multiprocessing=False)
+        >>> it = iter(loader)
+        >>> first = [next(it) for _ in range(3)]
+        >>> state = loader.state_dict()
+        >>> state["epoch"], state["consumed"]
+        (0, 6)
+        >>> resumed = ShardedDataLoader(shards, batch_size=2, dp_rank=0, num_replicas=1,
+        ...                             multiprocessing=False)
+        >>> resumed.load_state_dict(state)
+        >>> [b.tolist() for b in resumed] == [b.tolist() for b in it]
+        True
+    """
+
+    KIND: Final = "ShardedDataLoader"
+
+    def __init__(
+        self,
+        shards: Sequence[ShardReader[Any]] | DistributedShardedDataset[Any],
+        batch_size: int = 1,
+        *,
+        seed: int | None = None,
+        shard_sampler: ShardedSampler | None = None,
+        dataloader_factory: DataLoaderFactory | None = None,
+        num_shard_prefetches: int | None = None,
+        num_microbatch_prefetches: int = 2,
+        dp_rank: int | None = None,
+        num_replicas: int | None = None,
+        device: torch.device | str | None = None,
+        multiprocessing: bool = True,
+        drop_last: bool | None = None,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+        max_resident: int | None = None,
+    ) -> None:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size={batch_size!r} must be a positive int.")
+        self.batch_size = batch_size
+        self.num_microbatch_prefetches = check_non_negative_int(
+            "num_microbatch_prefetches", num_microbatch_prefetches
+        )
+        self.dataset = self._dataset(shards, seed, num_shard_prefetches, max_resident)
+        self.sampler = self._sampler(shard_sampler, dp_rank, num_replicas, drop_last)
+        self.device = None if device is None else torch.device(device)
+        self.multiprocessing = bool(multiprocessing)
+        factory = dataloader_factory or DefaultDataLoaderFactory(
+            batch_size,
+            drop_last=self.sampler.drop_last,
+            collate_fn=collate_fn,
+            multiprocessing=self.multiprocessing,
+            pin_memory=self.device is not None and self.device.type == "cuda",
+        )
+        self.loader = factory(self.dataset, self.sampler)
+        self._check_loader()
+        self._epoch = 0
+        self._start = 0  # global samples of the epoch consumed before the live iterator
+        self._yielded = 0  # batches of the live iterator that left the loader
+        self._limit = 0  # global samples consumed once the live iterator is exhausted
+        self._iterating = False
+        self._live: _Prefetcher | None = None
+
+    def _dataset(
+        self,
+        shards: Sequence[ShardReader[Any]] | DistributedShardedDataset[Any],
+        seed: int | None,
+        prefetches: int | None,
+        max_resident: int | None,
+    ) -> DistributedShardedDataset[Any]:
+        if isinstance(shards, DistributedShardedDataset):
+            _agree("seed", seed, shards.seed, "dataset")
+            _agree("num_shard_prefetches", prefetches, shards.prefetch, "dataset")
+            _agree("max_resident", max_resident, shards.max_resident, "dataset")
+            return shards
+        prefetches = 1 if prefetches is None else prefetches
+        return DistributedShardedDataset(
+            shards,
+            max_resident=prefetches + 1 if max_resident is None else max_resident,
+            prefetch=prefetches,
+            seed=0 if seed is None else seed,
+        )
+
+    def _sampler(
+        self,
+        sampler: ShardedSampler | None,
+        rank: int | None,
+        world: int | None,
+        drop_last: bool | None,
+    ) -> ShardedSampler:
+        if sampler is None:
+            return self.dataset.sampler(world, rank, drop_last=bool(drop_last))
+        if not isinstance(sampler, ShardedSampler):
+            raise TypeError(
+                f"shard_sampler must be a ShardedSampler, got {type(sampler).__name__}; build "
+                "it with dataset.sampler(num_replicas, rank)."
+            )
+        expected = self.dataset.sampler(sampler.num_replicas, sampler.rank, sampler.drop_last)
+        if sampler.fingerprint != expected.fingerprint:
+            raise ValueError(
+                f"shard_sampler does not match the shards: its fingerprint is "
+                f"{sampler.fingerprint}, the dataset's would be {expected.fingerprint}. Build it "
+                "with dataset.sampler(num_replicas, rank)."
+            )
+        _agree("dp_rank", rank, sampler.rank, "shard_sampler")
+        _agree("num_replicas", world, sampler.num_replicas, "shard_sampler")
+        _agree("drop_last", drop_last, sampler.drop_last, "shard_sampler")
+        return sampler
+
+    def _check_loader(self) -> None:
+        """A torch DataLoader from the factory must batch in the sampler's order."""
+        loader = self.loader
+        if not isinstance(loader, torch.utils.data.DataLoader):
+            return
+        batch_sampler = loader.batch_sampler
+        sampler = getattr(batch_sampler, "sampler", loader.sampler)
+        size = getattr(batch_sampler, "batch_size", loader.batch_size)
+        if sampler is not self.sampler or size != self.batch_size:
+            raise ValueError(
+                f"dataloader_factory built a DataLoader with batch_size={size} over "
+                f"{type(sampler).__name__}; it must use the sampler it is given and "
+                f"batch_size={self.batch_size}, because the position is counted in those "
+                "batches."
+            )
+
+    # -- iteration -------------------------------------------------------------------------
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next (or live) iterator reads."""
+        return self._epoch
+
+    def _rank_samples(self, start: int) -> int:
+        remaining = len(self.dataset) - min(start, len(self.dataset))
+        return samples_per_rank(remaining, self.sampler.num_replicas, self.sampler.drop_last)
+
+    def __len__(self) -> int:
+        """Batches this rank reads in the current epoch, from where it starts."""
+        count = self._rank_samples(self._start)
+        if self.sampler.drop_last:
+            return count // self.batch_size
+        return -(-count // self.batch_size)
+
+    def __iter__(self) -> Iterator[Any]:
+        self._stop_live()
+        if self._iterating:  # an unfinished iterator: the next pass is the next epoch
+            self._end_epoch()
+        start = min(self._start, len(self.dataset))  # past the end: nothing left but pads
+        self.sampler.seek(self._epoch, start)
+        self._limit = start + self._rank_samples(start) * self.sampler.num_replicas
+        self._start, self._yielded, self._iterating = start, 0, True
+        # The transfer must not hold the loader: see _Prefetcher.
+        transfer = functools.partial(_to_device, self.device)
+        live = _Prefetcher(iter(self.loader), self.num_microbatch_prefetches, transfer)
+        self._live = live
+        return self._count(live)
+
+    def _count(self, live: _Prefetcher) -> Iterator[Any]:
+        for batch in live:
+            self._yielded += 1  # counted as it leaves the loader, not as it is prefetched
+            yield batch
+        if self._live is live:  # not an iterator that a newer one replaced
+            self._end_epoch()
+
+    def _end_epoch(self) -> None:
+        self._epoch += 1
+        self._start = self._yielded = 0
+        self._iterating = False
+
+    def _stop_live(self) -> None:
+        if self._live is not None:
+            self._live.close()
+
+    def set_device(self, device: torch.device | str | None) -> None:
+        """Move batches to ``device`` from the next iterator on."""
+        self.device = None if device is None else torch.device(device)
+
+    def close(self) -> None:
+        """Stop the background threads and release the shards of this process."""
+        self._stop_live()
+        self.dataset.close()
+
+    # -- state -----------------------------------------------------------------------------
+
+    @property
+    def fingerprint(self) -> dict[str, Any]:
+        """What the order depends on: the sampler's fingerprint."""
+        return self.sampler.fingerprint
+
+    @property
+    def consumed(self) -> int:
+        """Global samples of the current epoch consumed by all ranks (batches that left)."""
+        if not self._iterating:
+            return self._start
+        step = self.batch_size * self.sampler.num_replicas
+        return min(self._start + self._yielded * step, self._limit)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position after the last batch that left the loader, identical on every rank."""
+        return make_state(self.KIND, self.fingerprint, epoch=self._epoch, consumed=self.consumed)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore a position; the next ``__iter__`` continues right after it.
+
+        Raises:
+            RuntimeError: An iterator of this loader is still running.
+            StateMismatchError: The state is of another version or kind, is malformed, or
+                was saved over other shards (one vanished, was added, resized or rewritten)
+                or with another seed, shuffle or ``drop_last``.
+        """
+        if self._iterating and self._live is not None and not self._live.finished:
+            raise RuntimeError(
+                f"{self.KIND}.load_state_dict() was called while an iterator is live (epoch "
+                f"{self._epoch}, {self._yielded} batches yielded). Load the state before "
+                "iterating, or after the epoch ends."
+            )
+        check_shards_unchanged(state_dict, self.KIND, self.fingerprint)
+        check_state(state_dict, self.KIND, self.fingerprint, {"epoch": int, "consumed": int})
+        self.dataset.check_shards()
+        self._epoch, self._start = state_dict["epoch"], state_dict["consumed"]
+        self._yielded, self._iterating = 0, False
+
+
+_END: Final = object()
+
+
+class _Failure:
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+class _Prefetcher(Iterator[Any]):
+    """Pull batches from ``source`` on a background thread into a bounded queue.
+
+    With ``depth == 0`` there is no thread: each ``next`` reads in the caller. The thread
+    holds the source, the queue and the stop flag but not this object: when it is dropped
+    without :meth:`close` (an abandoned loader), a finaliser stops the thread, which then
+    releases the source (and its worker processes).
+    """
+
+    def __init__(self, source: Iterator[Any], depth: int, transfer: Callable[[Any], Any]) -> None:
+        self._source = source
+        self._transfer = transfer
+        self.finished = False
+        self._stop = threading.Event()
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=max(depth, 1))
+        self._thread: threading.Thread | None = None
+        if depth > 0:
+            self._thread = threading.Thread(
+                target=_produce,
+                args=(source, transfer, self._queue, self._stop),
+                name="microbatch-prefetch",
+                daemon=True,
+            )
+            self._thread.start()
+            weakref.finalize(self, self._stop.set)
+
+    def __next__(self) -> Any:
+        if self.finished:
+            raise StopIteration
+        if self._thread is None:
+            try:
+                return self._transfer(next(self._source))
+            except StopIteration:
+                self.finished = True
+                raise
+        item = self._queue.get()
+        if item is _END:
+            self.finished = True
+            raise StopIteration
+        if isinstance(item, _Failure):
+            self.finished = True
+            raise item.error
+        return item
+
+    def close(self) -> None:
+        """Stop the thread (it finishes the batch it is reading) and drop what it prefetched."""
+        self.finished = True
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        while not self._queue.empty():
+            self._queue.get_nowait()
+
+
+def _produce(
+    source: Iterator[Any],
+    transfer: Callable[[Any], Any],
+    ready: queue.Queue[Any],
+    stop: threading.Event,
+) -> None:
+    """The prefetch thread: read, transfer, enqueue, until the end, an error or ``stop``."""
+    while not stop.is_set():
+        try:
+            item: Any = transfer(next(source))
+        except StopIteration:
+            item = _END
+        except BaseException as error:  # handed to the consumer, raised there
+            item = _Failure(error)
+        while not stop.is_set():
+            try:
+                ready.put(item, timeout=0.05)
+                break
+            except queue.Full:
+                continue
+        if item is _END or isinstance(item, _Failure):
+            return
+
+
+def _to_device(device: torch.device | None, batch: Any) -> Any:
+    """Move the tensors of ``batch`` to ``device``: pinned and non-blocking for CUDA."""
+    if device is None:
+        return batch
+
+    def move(tensor: torch.Tensor) -> torch.Tensor:
+        if device.type == "cuda":
+            if not tensor.is_pinned():
+                tensor = tensor.pin_memory()
+            return tensor.to(device, non_blocking=True)
+        return tensor.to(device)
+
+    return apply_to_collection(batch, torch.Tensor, move)

@@ -1,0 +1,347 @@
+"""Shard readers: one small protocol, a NumPy token-file reader and a map-style adapter.
+
+A reader knows its length without loading anything (from a file size, a ``.npy`` header or
+an index), reads one sample or a range, and is made resident by ``load()`` and released by
+``close()``. :class:`~lightning_resumable_data.shards.DistributedShardedDataset` decides
+when: it keeps a few readers loaded and loads the next ones in the background.
+
+Example:
+    >>> reader = DatasetShardReader(list(range(10, 15)), name="demo")
+    >>> len(reader), reader.read(1), list(reader.read_range(2, 4))
+    (5, 11, [12, 13])
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Collection
+from pathlib import Path
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+
+import numpy as np
+from numpy.typing import DTypeLike, NDArray
+
+__all__ = ["DatasetShardReader", "MapStyle", "ShardReader", "TokenShardReader"]
+
+T_co = TypeVar("T_co", covariant=True)
+T = TypeVar("T")
+Tokens = NDArray[np.integer[Any]]
+
+
+@runtime_checkable
+class ShardReader(Protocol[T_co]):
+    """What the sharded dataset and loader need from one shard.
+
+    ``__len__`` must not load the shard. ``load()`` makes it resident (idempotent) and
+    ``close()`` releases it (idempotent); ``read`` and ``read_range`` load it on demand.
+    ``check()`` raises if the backing storage no longer matches ``len`` (checked on resume).
+    """
+
+    @property
+    def name(self) -> str: ...  # noqa: D102
+    def __len__(self) -> int: ...
+    def read(self, index: int) -> T_co: ...  # noqa: D102
+    def read_range(self, start: int, stop: int) -> Collection[T_co]: ...  # noqa: D102
+    def load(self) -> None: ...  # noqa: D102
+    def close(self) -> None: ...  # noqa: D102
+    def check(self) -> None: ...  # noqa: D102
+
+
+@runtime_checkable
+class MapStyle(Protocol[T_co]):
+    """A map-style dataset: ``len`` and integer indexing."""
+
+    def __len__(self) -> int: ...
+    def __getitem__(self, index: int, /) -> T_co: ...
+
+
+def _check_index(name: str, index: int, length: int) -> int:
+    if not -length <= index < length:
+        raise IndexError(f"index {index} is out of range for shard {name!r} of {length} samples.")
+    return index % length
+
+
+def _check_range(name: str, start: int, stop: int, length: int) -> None:
+    if not 0 <= start <= stop <= length:
+        raise IndexError(
+            f"range [{start}, {stop}) must satisfy 0 <= start <= stop <= {length} "
+            f"(the length of shard {name!r})."
+        )
+
+
+class TokenShardReader:
+    """Fixed-length samples from a flat token file, read through ``numpy.memmap``.
+
+    The file is either raw tokens (``.bin``: ``dtype`` values, native byte order, no
+    header) or a ``.npy`` array of shape ``(tokens,)`` or ``(samples, seq_len)``. Sample
+    ``i`` is tokens ``[i * seq_len, (i + 1) * seq_len)``. Opening reads only the file size
+    (and a ``.npy`` header): a missing file, a size that is not a whole number of samples, or
+    a size that disagrees with ``num_samples`` (from an index) is an error right away.
+
+    Args:
+        path: The shard file.
+        seq_len: Tokens per sample.
+        dtype: Token dtype of a ``.bin`` file (a ``.npy`` file must declare the same).
+        num_samples: Expected samples (from an index); ``None`` trusts the file size.
+        preload: ``load()`` copies the shard into memory in one sequential read (what the
+            background prefetch should pay for), else it only maps the file and pages are
+            read on first touch.
+
+    Example:
+        >>> import tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "shard.bin"
+        >>> np.arange(12, dtype=np.uint16).tofile(path)
+        >>> reader = TokenShardReader(path, seq_len=4)
+        >>> len(reader), reader.read(2).tolist()
+        (3, [8, 9, 10, 11])
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        seq_len: int,
+        dtype: DTypeLike = np.uint16,
+        *,
+        num_samples: int | None = None,
+        preload: bool = True,
+    ) -> None:
+        if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
+            raise ValueError(f"seq_len={seq_len!r} must be a positive int (tokens per sample).")
+        self.path = Path(path)
+        self.seq_len = seq_len
+        self.dtype = np.dtype(dtype)
+        if not np.issubdtype(self.dtype, np.integer):
+            raise TypeError(f"dtype={self.dtype} must be an integer token dtype.")
+        self.preload = bool(preload)
+        self.loads = 0  # how many times load() really loaded (for tests and stats)
+        self._data: Tokens | None = None
+        self._offset, self._length = self._inspect()
+        if num_samples is not None and num_samples != self._length:
+            raise ValueError(
+                f"token shard {str(self.path)!r} holds {self._length} samples of seq_len="
+                f"{seq_len} ({self._file_size()} bytes), but its index says {num_samples}. The "
+                "file was truncated, replaced or the index is stale: restore the file or "
+                "rewrite the index (write_token_shards)."
+            )
+
+    @property
+    def name(self) -> str:
+        """The file name (without the directory)."""
+        return self.path.name
+
+    def _file_size(self) -> int:
+        try:
+            return self.path.stat().st_size
+        except FileNotFoundError:
+            raise FileNotFoundError(
+                f"token shard {str(self.path)!r} does not exist. Check the path, or rewrite the "
+                "shard directory and its index with write_token_shards."
+            ) from None
+
+    def _inspect(self) -> tuple[int, int]:
+        """Byte offset of the tokens and number of samples, from the size (and header)."""
+        size = self._file_size()
+        sample_bytes = self.seq_len * self.dtype.itemsize
+        offset, data_bytes = 0, size
+        if self.path.suffix == ".npy":
+            with self.path.open("rb") as file:
+                version = np.lib.format.read_magic(file)
+                if version == (1, 0):
+                    shape, fortran, dtype = np.lib.format.read_array_header_1_0(file)
+                else:
+                    shape, fortran, dtype = np.lib.format.read_array_header_2_0(file)
+                offset = file.tell()
+            if dtype != self.dtype or fortran:
+                raise ValueError(
+                    f"token shard {str(self.path)!r} holds {dtype} "
+                    f"({'Fortran' if fortran else 'C'} order), expected C-ordered "
+                    f"{self.dtype}. Pass dtype={str(dtype)!r} or rewrite the shard."
+                )
+            if not (len(shape) == 1 or (len(shape) == 2 and shape[1] == self.seq_len)):
+                raise ValueError(
+                    f"token shard {str(self.path)!r} has shape {shape}; expected (tokens,) or "
+                    f"(samples, {self.seq_len}). Pass the seq_len it was written with."
+                )
+            data_bytes = int(np.prod(shape)) * self.dtype.itemsize
+            if size - offset < data_bytes:
+                raise ValueError(
+                    f"token shard {str(self.path)!r} is truncated: its header declares "
+                    f"{data_bytes} bytes of tokens but the file holds {size - offset}. "
+                    "Restore or rewrite the shard."
+                )
+        if data_bytes % sample_bytes:
+            raise ValueError(
+                f"token shard {str(self.path)!r} has {data_bytes} bytes of tokens, not a "
+                f"multiple of seq_len * itemsize = {self.seq_len} * {self.dtype.itemsize} = "
+                f"{sample_bytes} bytes: the file is truncated, or seq_len={self.seq_len} / "
+                f"dtype={self.dtype} are not the ones it was written with."
+            )
+        return offset, data_bytes // sample_bytes
+
+    def __len__(self) -> int:
+        return self._length
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the shard is resident."""
+        return self._data is not None
+
+    def load(self) -> None:
+        """Map the file (and with ``preload``, copy it into memory). Idempotent."""
+        self._tokens()
+
+    def _tokens(self) -> Tokens:
+        # One local reference: a close() on another thread cannot pull it from under a read.
+        data = self._data
+        if data is None:
+            mapped: Tokens = np.memmap(
+                self.path, dtype=self.dtype, mode="r", offset=self._offset,
+                shape=(self._length, self.seq_len),
+            )  # fmt: skip
+            data = self._data = np.array(mapped) if self.preload else mapped
+            self.loads += 1
+        return data
+
+    def close(self) -> None:
+        """Release the memory or the mapping. Idempotent."""
+        self._data = None
+
+    def check(self) -> None:
+        """Raise ``FileNotFoundError``/``ValueError`` if the file vanished or changed size."""
+        expected = self._length
+        offset, length = self._inspect()
+        if (offset, length) != (self._offset, expected):
+            raise ValueError(
+                f"token shard {str(self.path)!r} now holds {length} samples, it held "
+                f"{expected} when it was opened: it was rewritten or truncated."
+            )
+
+    def read(self, index: int) -> Tokens:
+        """Sample ``index``: a ``(seq_len,)`` array (a copy, valid after ``close()``)."""
+        return np.array(self._tokens()[_check_index(self.name, index, self._length)])
+
+    def read_range(self, start: int, stop: int) -> Tokens:
+        """Samples ``start`` to ``stop`` (exclusive): a ``(stop - start, seq_len)`` array."""
+        _check_range(self.name, start, stop, self._length)
+        return np.array(self._tokens()[start:stop])
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle without the loaded data: a worker process maps the file itself."""
+        return {**self.__dict__, "_data": None}
+
+    def __repr__(self) -> str:
+        return (
+            f"TokenShardReader({str(self.path)!r}, seq_len={self.seq_len}, "
+            f"dtype={self.dtype}, samples={self._length})"
+        )
+
+
+class DatasetShardReader(Generic[T]):
+    """Adapt any map-style dataset, or a function that builds one, into a shard reader.
+
+    Pass a dataset to wrap one that is already in memory (``load``/``close`` do nothing),
+    or a zero-argument factory and its ``length`` (from an index or a manifest) to build
+    the dataset only when the shard is loaded and drop it on ``close``. Use
+    ``functools.partial`` rather than a lambda as the factory if the reader must be sent to
+    worker processes started with ``spawn``.
+
+    Args:
+        source: A sized map-style dataset, or a factory returning one.
+        length: Samples in the shard; required with a factory, checked against the built
+            dataset.
+        name: Shard name used in errors and fingerprints.
+
+    Example:
+        >>> import functools
+        >>> reader = DatasetShardReader(functools.partial(list, "abc"), length=3, name="s0")
+        >>> reader.loaded, reader.read(0), reader.loaded
+        (False, 'a', True)
+    """
+
+    def __init__(
+        self,
+        source: MapStyle[T] | Callable[[], MapStyle[T]],
+        length: int | None = None,
+        name: str = "",
+    ) -> None:
+        self._factory: Callable[[], MapStyle[T]] | None
+        self._dataset: MapStyle[T] | None
+        if isinstance(source, MapStyle):
+            self._factory, self._dataset = None, source
+            actual = len(source)
+            if length is not None and length != actual:
+                raise ValueError(f"length={length} disagrees with len(dataset)={actual}.")
+            length = actual
+        elif callable(source):
+            if length is None:
+                raise ValueError(
+                    "DatasetShardReader(factory) needs length=: the shard's sample count must "
+                    "be known without building it (read it from an index or a manifest)."
+                )
+            self._factory, self._dataset = source, None
+        else:
+            raise TypeError(
+                f"source must be a map-style dataset or a factory, got {type(source).__name__}."
+            )
+        if isinstance(length, bool) or not isinstance(length, int) or length < 0:
+            raise ValueError(f"length={length!r} must be a non-negative int.")
+        self._length = length
+        self._name = name
+        self.loads = 0
+
+    @property
+    def name(self) -> str:
+        """The shard's name."""
+        return self._name
+
+    def __len__(self) -> int:
+        return self._length
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the dataset is built."""
+        return self._dataset is not None
+
+    def load(self) -> None:
+        """Build the dataset from the factory (nothing to do for a wrapped dataset)."""
+        self._data()
+
+    def _data(self) -> MapStyle[T]:
+        dataset = self._dataset
+        if dataset is None:
+            assert self._factory is not None  # only a factory-built dataset is ever dropped
+            dataset = self._factory()
+            if len(dataset) != self._length:
+                raise ValueError(
+                    f"shard {self._name!r} was declared with length={self._length} but its "
+                    f"factory built a dataset of {len(dataset)} samples; fix the index or the "
+                    "factory."
+                )
+            self._dataset = dataset
+            self.loads += 1
+        return dataset
+
+    def close(self) -> None:
+        """Drop a factory-built dataset (a wrapped dataset stays)."""
+        if self._factory is not None:
+            self._dataset = None
+
+    def check(self) -> None:
+        """Raise if a wrapped dataset changed length."""
+        if self._dataset is not None and len(self._dataset) != self._length:
+            raise ValueError(
+                f"shard {self._name!r} had {self._length} samples and now has {len(self._dataset)}."
+            )
+
+    def read(self, index: int) -> T:
+        """Sample ``index`` of the shard."""
+        return self._data()[_check_index(self._name, index, self._length)]
+
+    def read_range(self, start: int, stop: int) -> list[T]:
+        """Samples ``start`` to ``stop`` (exclusive)."""
+        _check_range(self._name, start, stop, self._length)
+        data = self._data()
+        return [data[i] for i in range(start, stop)]
+
+    def __repr__(self) -> str:
+        return f"DatasetShardReader(name={self._name!r}, length={self._length})"
