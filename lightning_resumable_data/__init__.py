@@ -7,8 +7,9 @@ Example:
     [1, 3, 5, 7]
 """
 
+from typing import TYPE_CHECKING, Any
+
 from lightning_resumable_data.datasets import MixtureDataset
-from lightning_resumable_data.lightning import ResumableDataCallback, ResumableDataModule
 from lightning_resumable_data.loader import StatefulDataLoader
 from lightning_resumable_data.randomness import SampleKey, sample_rng
 from lightning_resumable_data.samplers import (
@@ -41,7 +42,21 @@ from lightning_resumable_data.state import (
     StateMismatchError,
 )
 
+if TYPE_CHECKING:
+    from lightning_resumable_data.lightning import ResumableDataCallback, ResumableDataModule
+
 __version__ = "0.1.0"
+
+_LAZY = {"ResumableDataCallback", "ResumableDataModule"}
+
+
+def __getattr__(name: str) -> Any:
+    """Import the Lightning integration on first use: ``lightning.pytorch`` is slow to import."""
+    if name in _LAZY:
+        from lightning_resumable_data import lightning
+
+        return getattr(lightning, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "STATE_VERSION",

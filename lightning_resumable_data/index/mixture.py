@@ -29,6 +29,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterator, Sequence
 from typing import Final
@@ -177,8 +178,18 @@ def counts_before(
 def _leaf_labels(
     counts: NDArray[np.int64], seed: int, key: tuple[int, ...], start: int, length: int
 ) -> NDArray[np.int16]:
+    return _cached_leaf(tuple(counts.tolist()), seed, key, start, length)
+
+
+@functools.lru_cache(maxsize=4)
+def _cached_leaf(
+    counts: tuple[int, ...], seed: int, key: tuple[int, ...], start: int, length: int
+) -> NDArray[np.int16]:
+    """A leaf's shuffled labels; cached because consecutive chunks share boundary leaves."""
     labels = np.repeat(np.arange(len(counts), dtype=np.int16), counts)
-    return _rng(seed, key, _LEAF_STREAM, start, length).permutation(labels)
+    shuffled: NDArray[np.int16] = _rng(seed, key, _LEAF_STREAM, start, length).permutation(labels)
+    shuffled.flags.writeable = False  # shared by the cache
+    return shuffled
 
 
 def _leaves(

@@ -28,7 +28,7 @@ __all__ = ["MixturePhase", "MixtureSampler", "check_phases"]
 
 Weights = Mapping[str, float] | Sequence[float]
 
-_GLOBAL_CHUNK: Final = 1 << 20  # global positions computed at a time, whatever the world
+_GLOBAL_CHUNK: Final = 1 << 18  # global positions computed at a time, whatever the world
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
