@@ -58,6 +58,7 @@ def __getattr__(name: str) -> Any:
         return getattr(lightning, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 __all__ = [
     "STATE_VERSION",
     "DatasetShardReader",
