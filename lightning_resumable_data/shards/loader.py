@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import functools
-import queue
-import threading
-import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 import torch
 import torch.utils.data
-from lightning_utilities.core.apply_func import apply_to_collection
 
 from lightning_resumable_data.index.partition import samples_per_rank
 from lightning_resumable_data.samplers.distributed import check_non_negative_int
+from lightning_resumable_data.shards._prefetch import Prefetcher, to_device
 from lightning_resumable_data.shards.dataset import DistributedShardedDataset
 from lightning_resumable_data.shards.readers import ShardReader
 from lightning_resumable_data.shards.sampler import ShardedSampler, check_shards_unchanged
@@ -169,13 +166,15 @@ class ShardedDataLoader(Iterable[Any]):
             pin_memory=self.device is not None and self.device.type == "cuda",
         )
         self.loader = factory(self.dataset, self.sampler)
+        # Whether a short last batch is dropped: the DataLoader's say, else the sampler's.
+        self._drop_short_batch = bool(getattr(self.loader, "drop_last", self.sampler.drop_last))
         self._check_loader()
         self._epoch = 0
         self._start = 0  # global samples of the epoch consumed before the live iterator
         self._yielded = 0  # batches of the live iterator that left the loader
         self._limit = 0  # global samples consumed once the live iterator is exhausted
         self._iterating = False
-        self._live: _Prefetcher | None = None
+        self._live: Prefetcher | None = None
 
     def _dataset(
         self,
@@ -253,7 +252,7 @@ class ShardedDataLoader(Iterable[Any]):
     def __len__(self) -> int:
         """Batches this rank reads in the current epoch, from where it starts."""
         count = self._rank_samples(self._start)
-        if self.sampler.drop_last:
+        if self._drop_short_batch:
             return count // self.batch_size
         return -(-count // self.batch_size)
 
@@ -265,13 +264,13 @@ class ShardedDataLoader(Iterable[Any]):
         self.sampler.seek(self._epoch, start)
         self._limit = start + self._rank_samples(start) * self.sampler.num_replicas
         self._start, self._yielded, self._iterating = start, 0, True
-        # The transfer must not hold the loader: see _Prefetcher.
-        transfer = functools.partial(_to_device, self.device)
-        live = _Prefetcher(iter(self.loader), self.num_microbatch_prefetches, transfer)
+        # The transfer must not hold the loader (see Prefetcher): a partial, not a method.
+        transfer = functools.partial(to_device, self.device)
+        live = Prefetcher(iter(self.loader), self.num_microbatch_prefetches, transfer)
         self._live = live
         return self._count(live)
 
-    def _count(self, live: _Prefetcher) -> Iterator[Any]:
+    def _count(self, live: Prefetcher) -> Iterator[Any]:
         for batch in live:
             self._yielded += 1  # counted as it leaves the loader, not as it is prefetched
             yield batch
@@ -335,104 +334,3 @@ class ShardedDataLoader(Iterable[Any]):
         self.dataset.check_shards()
         self._epoch, self._start = state_dict["epoch"], state_dict["consumed"]
         self._yielded, self._iterating = 0, False
-
-
-_END: Final = object()
-
-
-class _Failure:
-    def __init__(self, error: BaseException) -> None:
-        self.error = error
-
-
-class _Prefetcher(Iterator[Any]):
-    """Pull batches from ``source`` on a background thread into a bounded queue.
-
-    With ``depth == 0`` there is no thread: each ``next`` reads in the caller. The thread
-    holds the source, the queue and the stop flag but not this object: when it is dropped
-    without :meth:`close` (an abandoned loader), a finaliser stops the thread, which then
-    releases the source (and its worker processes).
-    """
-
-    def __init__(self, source: Iterator[Any], depth: int, transfer: Callable[[Any], Any]) -> None:
-        self._source = source
-        self._transfer = transfer
-        self.finished = False
-        self._stop = threading.Event()
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=max(depth, 1))
-        self._thread: threading.Thread | None = None
-        if depth > 0:
-            self._thread = threading.Thread(
-                target=_produce,
-                args=(source, transfer, self._queue, self._stop),
-                name="microbatch-prefetch",
-                daemon=True,
-            )
-            self._thread.start()
-            weakref.finalize(self, self._stop.set)
-
-    def __next__(self) -> Any:
-        if self.finished:
-            raise StopIteration
-        if self._thread is None:
-            try:
-                return self._transfer(next(self._source))
-            except StopIteration:
-                self.finished = True
-                raise
-        item = self._queue.get()
-        if item is _END:
-            self.finished = True
-            raise StopIteration
-        if isinstance(item, _Failure):
-            self.finished = True
-            raise item.error
-        return item
-
-    def close(self) -> None:
-        """Stop the thread (it finishes the batch it is reading) and drop what it prefetched."""
-        self.finished = True
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        while not self._queue.empty():
-            self._queue.get_nowait()
-
-
-def _produce(
-    source: Iterator[Any],
-    transfer: Callable[[Any], Any],
-    ready: queue.Queue[Any],
-    stop: threading.Event,
-) -> None:
-    """The prefetch thread: read, transfer, enqueue, until the end, an error or ``stop``."""
-    while not stop.is_set():
-        try:
-            item: Any = transfer(next(source))
-        except StopIteration:
-            item = _END
-        except BaseException as error:  # handed to the consumer, raised there
-            item = _Failure(error)
-        while not stop.is_set():
-            try:
-                ready.put(item, timeout=0.05)
-                break
-            except queue.Full:
-                continue
-        if item is _END or isinstance(item, _Failure):
-            return
-
-
-def _to_device(device: torch.device | None, batch: Any) -> Any:
-    """Move the tensors of ``batch`` to ``device``: pinned and non-blocking for CUDA."""
-    if device is None:
-        return batch
-
-    def move(tensor: torch.Tensor) -> torch.Tensor:
-        if device.type == "cuda":
-            if not tensor.is_pinned():
-                tensor = tensor.pin_memory()
-            return tensor.to(device, non_blocking=True)
-        return tensor.to(device)
-
-    return apply_to_collection(batch, torch.Tensor, move)

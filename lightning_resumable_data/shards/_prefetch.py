@@ -1,0 +1,124 @@
+"""Micro-batch prefetch: a background thread keeps a bounded queue of ready batches."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any, Final
+
+import torch
+from lightning_utilities.core.apply_func import apply_to_collection
+
+__all__ = ["Prefetcher", "to_device"]
+
+_END: Final = object()
+
+
+class _Failure:
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+class Prefetcher(Iterator[Any]):
+    """Pull batches from ``source`` on a background thread into a bounded queue.
+
+    Example:
+        >>> prefetcher = Prefetcher(iter(range(5)), depth=2, transfer=lambda batch: batch)
+        >>> list(prefetcher)
+        [0, 1, 2, 3, 4]
+
+    With ``depth == 0`` there is no thread: each ``next`` reads in the caller. The thread
+    holds the source, the queue and the stop flag but not this object: when it is dropped
+    without :meth:`close` (an abandoned loader), a finaliser stops the thread, which then
+    releases the source (and its worker processes).
+    """
+
+    def __init__(self, source: Iterator[Any], depth: int, transfer: Callable[[Any], Any]) -> None:
+        self._source = source
+        self._transfer = transfer
+        self.finished = False
+        self._stop = threading.Event()
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=max(depth, 1))
+        self._thread: threading.Thread | None = None
+        if depth > 0:
+            self._thread = threading.Thread(
+                target=_produce,
+                args=(source, transfer, self._queue, self._stop),
+                name="microbatch-prefetch",
+                daemon=True,
+            )
+            self._thread.start()
+            weakref.finalize(self, self._stop.set)
+
+    def __next__(self) -> Any:
+        if self.finished:
+            raise StopIteration
+        if self._thread is None:
+            try:
+                return self._transfer(next(self._source))
+            except StopIteration:
+                self.finished = True
+                raise
+        item = self._queue.get()
+        if item is _END:
+            self.finished = True
+            raise StopIteration
+        if isinstance(item, _Failure):
+            self.finished = True
+            raise item.error
+        return item
+
+    def close(self) -> None:
+        """Stop the thread (it finishes the batch it is reading) and drop what it prefetched."""
+        self.finished = True
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        while not self._queue.empty():
+            self._queue.get_nowait()
+
+
+def _produce(
+    source: Iterator[Any],
+    transfer: Callable[[Any], Any],
+    ready: queue.Queue[Any],
+    stop: threading.Event,
+) -> None:
+    """The prefetch thread: read, transfer, enqueue, until the end, an error or ``stop``."""
+    while not stop.is_set():
+        try:
+            item: Any = transfer(next(source))
+        except StopIteration:
+            item = _END
+        except BaseException as error:  # handed to the consumer, raised there
+            item = _Failure(error)
+        while not stop.is_set():
+            try:
+                ready.put(item, timeout=0.05)
+                break
+            except queue.Full:
+                continue
+        if item is _END or isinstance(item, _Failure):
+            return
+
+
+def to_device(device: torch.device | None, batch: Any) -> Any:
+    """Move the tensors of ``batch`` to ``device``: pinned and non-blocking for CUDA.
+
+    Example:
+        >>> to_device(torch.device("cpu"), {"x": torch.ones(2), "n": 3})["x"].device.type
+        'cpu'
+    """
+    if device is None:
+        return batch
+
+    def move(tensor: torch.Tensor) -> torch.Tensor:
+        if device.type == "cuda":
+            if not tensor.is_pinned():
+                tensor = tensor.pin_memory()
+            return tensor.to(device, non_blocking=True)
+        return tensor.to(device)
+
+    return apply_to_collection(batch, torch.Tensor, move)
