@@ -15,6 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import torch
 
 SCRIPT = Path(__file__).parent / "scripts" / "lightning_train.py"
 pytestmark = pytest.mark.distributed
@@ -168,3 +169,28 @@ def test_resume_with_another_seed_is_refused_before_training(tmp_path: Path) -> 
     assert result.returncode != 0
     assert "the data configuration changed (sources:" in result.stderr
     assert not (tmp_path / "other" / "ids_rank0.jsonl").exists()  # no step was trained
+
+
+def test_elastic_resume_of_a_mixture_places_later_phases_at_their_steps(tmp_path: Path) -> None:
+    # Saved on 2 ranks of 4 before the phase at step 8, resumed on 1 rank of 4: the phase
+    # must still start at step 8 (now 4 samples a step), and the past keeps its schedule.
+    resumed = interrupted(
+        tmp_path,
+        5,
+        "--devices",
+        "2",
+        "--mixture",
+        "--phase-step",
+        "8",
+        "--max-steps",
+        "6",
+        resume_args=("--mixture", "--phase-step", "8", "--max-steps", "16"),
+    )
+    math_ids = range(88, 100)
+    share = [sum(i in math_ids for i in resumed[s]) / len(resumed[s]) for s in range(5, 16)]
+    before, after = share[: 8 - 5], share[8 - 5 :]
+    assert sum(after) / len(after) > 0.5 > sum(before) / max(len(before), 1)
+    checkpoint = torch.load(tmp_path / "ckpt" / "step=16.ckpt", weights_only=False)
+    schedule = checkpoint["ResumableDataModule"]["train_loader"]["sampler"]["schedule"]
+    # 5 steps of 8 samples, then 3 steps of 4: the phase starts at sample 52 of epoch 0.
+    assert [(e["epoch"], e["position"]) for e in schedule][-1] == (0, 52)

@@ -196,24 +196,70 @@ class ResumableDataModule(pl.LightningDataModule):
         return self.train_loader
 
     def _schedule_phases(self, sampler: MixtureSampler) -> None:
-        """Install the phases as weight changes at exact (epoch, position)s, before any read."""
+        """Install the phases as weight changes at exact (epoch, position)s, before any read.
+
+        A step's position follows the current layout (batch size x world size). On a resume
+        under another layout, the phases already passed keep the saved positions (they come
+        with the restored state) and the later ones are placed from the resume point on.
+        """
         check_phases(self.phases)
-        batches = len(sampler) // self.batch_size  # mixtures drop the last partial batch
+        per_rank = len(sampler)
+        batches = per_rank // self.batch_size if self.drop_last else -(-per_rank // self.batch_size)
         if batches == 0:
             raise ValueError(
                 f"batch_size={self.batch_size} is larger than a rank's share of a mixture "
-                f"epoch ({len(sampler)}); lower it or raise samples_per_epoch."
+                f"epoch ({per_rank}); lower it or raise samples_per_epoch."
             )
         accumulate = getattr(self.trainer, "accumulate_grad_batches", 1) or 1
         step_samples = self.batch_size * sampler.num_replicas
+        anchor = self._resume_anchor(sampler, accumulate)
+        if anchor is not None:
+            sampler.allow_schedule_change = True  # the phases were checked unchanged
         for phase in self.phases:
             if phase.start_epoch is not None:
                 epoch, position = phase.start_epoch, 0
+                if anchor is not None and (epoch, position) <= anchor[1:]:
+                    continue  # passed: the saved schedule has it
             else:
                 assert phase.start_step is not None
-                epoch, batch = divmod(phase.start_step * accumulate, batches)
-                position = batch * step_samples
+                step_batches = phase.start_step * accumulate
+                if anchor is None:
+                    epoch, batch = divmod(step_batches, batches)
+                    position = batch * step_samples
+                else:
+                    resumed_batches, epoch, consumed = anchor
+                    if step_batches < resumed_batches:
+                        continue  # passed: the saved schedule has it
+                    ahead = step_batches - resumed_batches
+                    left = sampler.samples_left(consumed)
+                    left_batches = (
+                        left // self.batch_size if self.drop_last else -(-left // self.batch_size)
+                    )
+                    if ahead < left_batches:
+                        position = consumed + ahead * step_samples
+                    else:
+                        extra, batch = divmod(ahead - left_batches, batches)
+                        epoch, position = epoch + 1 + extra, batch * step_samples
             sampler.update_weights(phase.weights, phase.temperature, epoch=epoch, position=position)
+
+    def _resume_anchor(
+        self, sampler: MixtureSampler, accumulate: int
+    ) -> tuple[int, int, int] | None:
+        """(batches trained, epoch, consumed) of a resume under a changed layout, else None."""
+        state = self._loader_state
+        if state is None or self.trainer is None:
+            return None
+        same_layout = (state.get("batch_size"), state.get("num_replicas")) == (
+            self.batch_size,
+            sampler.num_replicas,
+        )
+        if same_layout:
+            return None  # the phases land where they did: the schedules must agree exactly
+        return (
+            int(self.trainer.global_step) * accumulate,
+            int(state["epoch"]),
+            int(state["consumed"]),
+        )
 
     def _eval_loader(self, dataset: Any) -> DataLoader[Any]:
         num_replicas, rank = self.world()

@@ -457,7 +457,17 @@ class MixtureSampler(DistributedSampler):
                 "resume point and use the new one after it."
             )
         point = (epoch, consumed)
-        merged = [e for e in saved if (e["epoch"], e["position"]) <= point]
+        merged = [dict(e) for e in saved if (e["epoch"], e["position"]) <= point]
+        if consumed > 0:  # the segment being read keeps its plan, whatever comes next
+            governing = merged[-1]
+            if governing["epoch"] != epoch:  # the epoch began with inherited weights
+                governing = dict(governing, epoch=epoch, position=0, plan_end=None)
+                merged.append(governing)
+            if governing["plan_end"] is None:
+                later = [
+                    e["position"] for e in saved if e["epoch"] == epoch and e["position"] > consumed
+                ]
+                governing["plan_end"] = min([*later, self.epoch_length])
         merged += [e for e in now if (e["epoch"], e["position"]) > point]
         return merged
 

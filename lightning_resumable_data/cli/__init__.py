@@ -1,0 +1,138 @@
+"""``lrd``: look into checkpoints and plan mixtures from the command line.
+
+* ``lrd inspect CHECKPOINT``: where the data stands in a Lightning (or Fabric) checkpoint,
+  and whether a resume under another world size or batch size is exact or elastic.
+* ``lrd plan CONFIG``: the phases of a mixture schedule, the samples each source gives in
+  each phase, and how many passes over each source the whole run makes.
+
+Errors in the input are one line on stderr, with exit code 2; other failures exit with 1.
+
+Example:
+    >>> main(["plan", "no-such-file.yaml"])
+    2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+
+from lightning_resumable_data.cli._errors import EXIT_FAILURE, EXIT_USAGE, CliError
+
+__all__ = ["CliError", "build_parser", "main"]
+
+_PROG = "lrd"
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``lrd`` and its subcommands."""
+    from lightning_resumable_data import __version__
+
+    parser = argparse.ArgumentParser(
+        prog=_PROG,
+        description="Deterministic, resumable data loading: inspect checkpoints, plan mixtures.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    inspect = commands.add_parser(
+        "inspect",
+        help="where the data of a checkpoint stands, and what a resume would do",
+        description="Show the data position saved in a Lightning or Fabric checkpoint: epoch, "
+        "samples consumed, batches trained, the layout it was saved with, the sampler and, "
+        "for mixtures, the phase in force and the samples drawn per source. Then say whether "
+        "a resume under --world-size/--batch-size would be exact, elastic or refused.",
+    )
+    inspect.add_argument("checkpoint", type=Path, metavar="CHECKPOINT", help="a .ckpt file")
+    inspect.add_argument(
+        "--world-size",
+        type=_positive_int,
+        metavar="W",
+        help="data-parallel world size of the resume (default: the saved one)",
+    )
+    inspect.add_argument(
+        "--batch-size",
+        type=_positive_int,
+        metavar="B",
+        help="per-rank batch size of the resume (default: the saved one)",
+    )
+    inspect.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+    plan = commands.add_parser(
+        "plan",
+        help="phases, per-source samples and source epochs of a mixture schedule",
+        description="Read a mixture config (YAML or JSON) and print, for each phase, its "
+        "steps, the share of each source (after temperature) and the samples it draws, and "
+        "for each source the passes the whole run makes over it.",
+    )
+    plan.add_argument("config", type=Path, metavar="CONFIG", help="a .yaml or .json file")
+    plan.add_argument("--png", type=Path, metavar="PATH", help="also plot the shares to PATH")
+    plan.add_argument("--json", action="store_true", help="print JSON instead of text")
+    return parser
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "inspect":
+        from lightning_resumable_data.cli.checkpoint import format_inspect, inspect
+
+        report = inspect(args.checkpoint, args.world_size, args.batch_size)
+        print(json.dumps(report, indent=2) if args.json else format_inspect(report))
+        return 0
+    from lightning_resumable_data.cli.plan import format_plan, load_config, make_plan, plot_plan
+
+    plan = make_plan(load_config(args.config))
+    if args.png is not None:
+        plot_plan(plan, args.png)
+    print(json.dumps(plan.to_json(), indent=2) if args.json else format_plan(plan))
+    if args.png is not None and not args.json:
+        print(f"\nwrote {args.png}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``lrd`` with ``argv`` (default: the process's arguments); return the exit code.
+
+    Usage errors exit with 2 (argparse's code), as do unreadable or malformed inputs; other
+    failures with 1. Set ``LRD_TRACEBACK=1`` to see the traceback of an unexpected error.
+    """
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:  # --help, --version, or a usage error (already printed)
+        return int(exit_.code) if isinstance(exit_.code, int) else EXIT_USAGE
+    try:
+        return _run(args)
+    except CliError as error:
+        print(f"{_PROG} {args.command}: error: {error}", file=sys.stderr)
+        return error.code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # e.g. `lrd inspect x.ckpt --json | head`: the reader left
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so that the exit flush does not fail again
+        return EXIT_FAILURE
+    except Exception as error:  # a bug, not the user's: one line, the traceback on request
+        if os.environ.get("LRD_TRACEBACK"):
+            traceback.print_exc()
+        message = " ".join(str(error).split())
+        print(
+            f"{_PROG} {args.command}: error: unexpected {type(error).__name__}: {message} "
+            "HINT: set LRD_TRACEBACK=1 for the traceback, and report it as a bug.",
+            file=sys.stderr,
+        )
+        return EXIT_FAILURE

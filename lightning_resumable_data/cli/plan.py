@@ -1,0 +1,597 @@
+"""``lrd plan``: what a mixture schedule draws from each source, phase by phase.
+
+The config describes a run the way :class:`~lightning_resumable_data.ResumableDataModule`
+and :class:`~lightning_resumable_data.ResumableDataCallback` are configured::
+
+    sources: {web: 1000000, code: 200000, math: 50000}   # samples per source
+    weights: {web: 0.7, code: 0.2, math: 0.1}             # default: the sizes
+    temperature: 1.0
+    batch_size: 32                                         # per rank
+    world_size: 8
+    max_steps: 20000
+    samples_per_epoch: 1250000                             # default: all sources' sizes
+    phases:
+      - {start_step: 15000, weights: {web: 0.4, code: 0.3, math: 0.3}, temperature: 1.0}
+
+Optional keys: ``seed`` (0) and ``accumulate_grad_batches`` (1). Phases start at a
+``start_step`` (optimizer steps) or a ``start_epoch``, and name every source.
+
+The numbers come from the package itself: the data module is built over stand-in datasets
+of these sizes, installs the phases where a real run would, and the sampler counts the
+samples each source gives between the phase boundaries (epoch boundaries included).
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+from numpy.typing import NDArray
+
+from lightning_resumable_data.cli._dryrun import DataSpec, build_datamodule, quiet
+from lightning_resumable_data.cli._errors import EXIT_FAILURE, CliError
+from lightning_resumable_data.cli._format import count, percent, table
+from lightning_resumable_data.index.mixture import mixture_probabilities
+from lightning_resumable_data.samplers.mixture import MixturePhase, MixtureSampler, check_phases
+
+__all__ = ["Phase", "Plan", "PlanConfig", "format_plan", "load_config", "make_plan", "plot_plan"]
+
+_KEYS: Final = (
+    "sources",
+    "weights",
+    "temperature",
+    "batch_size",
+    "world_size",
+    "max_steps",
+    "samples_per_epoch",
+    "seed",
+    "accumulate_grad_batches",
+    "phases",
+)
+_REQUIRED: Final = ("sources", "batch_size", "max_steps")
+_PHASE_KEYS: Final = ("start_step", "start_epoch", "weights", "temperature")
+_EXACT_EPOCHS: Final = 2000  # beyond this, identical epochs are counted once and multiplied
+
+
+# -- the config ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PlanConfig:
+    """A validated plan config (see the module docstring for the file format).
+
+    Attributes:
+        path: The file it was read from (for messages).
+        sources: Samples per source, in order.
+        weights: Initial weights by source.
+        temperature: Initial temperature.
+        batch_size: Samples per batch on each rank.
+        world_size: Data-parallel ranks.
+        max_steps: Optimizer steps of the run.
+        samples_per_epoch: Global samples per mixture epoch (``None``: all sources' sizes).
+        seed: Seed of the order.
+        accumulate_grad_batches: Batches per optimizer step.
+        phases: The weight changes.
+    """
+
+    path: str
+    sources: Mapping[str, int]
+    weights: Mapping[str, float]
+    temperature: float
+    batch_size: int
+    world_size: int
+    max_steps: int
+    samples_per_epoch: int | None = None
+    seed: int = 0
+    accumulate_grad_batches: int = 1
+    phases: tuple[MixturePhase, ...] = ()
+
+
+def _parse(path: Path) -> object:
+    if not path.is_file():
+        what = "is a directory, not a config file" if path.is_dir() else "does not exist"
+        raise CliError(
+            f"{path} {what}", hint="pass a YAML or JSON mixture config (see docs/cli.md)."
+        )
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise CliError(f"cannot read {path}: {error}", hint="pass a UTF-8 text file.") from None
+    if path.suffix.lower() == ".json":
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as error:
+            raise CliError(
+                f"{path} is not valid JSON: {error.msg} at line {error.lineno}, column "
+                f"{error.colno}",
+                hint="fix the syntax, or use YAML (.yaml).",
+            ) from None
+    yaml: Any = importlib.import_module("yaml")  # PyYAML, a dependency of lightning
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        problem = getattr(error, "problem", None) or "syntax error"
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise CliError(
+            f"{path} is not valid YAML: {problem}{where}",
+            hint="check the indentation and the colons; JSON files need a .json suffix.",
+        ) from None
+
+
+class _Checker:
+    """Validates values of a config, naming the file and the key in every error."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def fail(self, message: str, hint: str = "see docs/cli.md for the config format.") -> CliError:
+        return CliError(f"{self.path}: {message}", hint=hint)
+
+    def integer(self, value: object, key: str, minimum: int) -> int:
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise self.fail(f"{key} must be an integer >= {minimum}, got {value!r}")
+        return value
+
+    def number(self, value: object, key: str, positive: bool = False) -> float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not ok or not math.isfinite(float(value)) or (positive and float(value) <= 0):  # type: ignore[arg-type]
+            kind = "a number > 0" if positive else "a finite number >= 0"
+            raise self.fail(f"{key} must be {kind}, got {value!r}")
+        if float(value) < 0:  # type: ignore[arg-type]
+            raise self.fail(f"{key} must be >= 0, got {value!r}")
+        return float(value)  # type: ignore[arg-type]
+
+    def mapping(self, value: object, key: str) -> Mapping[str, Any]:
+        if not isinstance(value, Mapping) or not value:
+            raise self.fail(f"{key} must be a non-empty mapping, got {value!r}")
+        return value
+
+    def weights(self, value: object, key: str, sources: Sequence[str]) -> dict[str, float]:
+        weights = self.mapping(value, key)
+        unknown = [str(n) for n in weights if n not in sources]
+        if unknown:
+            raise self.fail(
+                f"{key} names unknown sources {unknown}; the sources are {list(sources)}",
+                hint="fix the name, or add the source to 'sources'.",
+            )
+        missing = [n for n in sources if n not in weights]
+        if missing:
+            raise self.fail(
+                f"{key} does not name the sources {missing}",
+                hint="give every source a weight (0 leaves it out).",
+            )
+        return {n: self.number(weights[n], f"{key}.{n}") for n in sources}
+
+
+def load_config(path: Path) -> PlanConfig:
+    """Read and validate a plan config.
+
+    Raises:
+        CliError: A missing or unparsable file, an unknown or missing key, a bad value, an
+            unknown source, or phases out of order.
+    """
+    raw = _parse(path)
+    check = _Checker(path)
+    if not isinstance(raw, Mapping):
+        raise check.fail(f"the config must be a mapping of keys, got {type(raw).__name__}")
+    unknown = [str(k) for k in raw if k not in _KEYS]
+    if unknown:
+        raise check.fail(f"unknown keys {unknown}; known keys: {', '.join(_KEYS)}")
+    missing = [k for k in _REQUIRED if k not in raw]
+    if missing:
+        raise check.fail(f"missing required keys {missing}")
+    sources_raw = check.mapping(raw["sources"], "sources")
+    if any(not isinstance(name, str) or not name for name in sources_raw):
+        raise check.fail(f"source names must be non-empty strings, got {list(sources_raw)}")
+    sources = {n: check.integer(s, f"sources.{n}", 0) for n, s in sources_raw.items()}
+    names = list(sources)
+    weights = (
+        check.weights(raw["weights"], "weights", names)
+        if raw.get("weights") is not None
+        else {n: float(s) for n, s in sources.items()}
+    )
+    spe = raw.get("samples_per_epoch")
+    phases_raw = raw.get("phases") or []
+    if not isinstance(phases_raw, list):
+        raise check.fail(f"phases must be a list, got {type(phases_raw).__name__}")
+    phases = []
+    for i, phase in enumerate(phases_raw):
+        key = f"phases[{i}]"
+        if not isinstance(phase, Mapping):
+            raise check.fail(f"{key} must be a mapping, got {phase!r}")
+        extra = [str(k) for k in phase if k not in _PHASE_KEYS]
+        if extra:
+            raise check.fail(f"{key} has unknown keys {extra}; known: {', '.join(_PHASE_KEYS)}")
+        start = {
+            k: check.integer(phase[k], f"{key}.{k}", 0)
+            for k in ("start_step", "start_epoch")
+            if phase.get(k) is not None
+        }
+        if len(start) != 1:
+            raise check.fail(f"{key} needs exactly one of start_step and start_epoch")
+        phase_weights = check.weights(phase.get("weights"), f"{key}.weights", names)
+        temperature = check.number(phase.get("temperature", 1.0), f"{key}.temperature", True)
+        try:
+            phases.append(MixturePhase(**start, weights=phase_weights, temperature=temperature))
+        except (ValueError, TypeError) as error:
+            raise check.fail(f"{key}: {error}") from None
+    try:
+        check_phases(phases)
+    except ValueError as error:
+        raise check.fail(f"phases: {error}") from None
+    return PlanConfig(
+        path=str(path),
+        sources=sources,
+        weights=weights,
+        temperature=check.number(raw.get("temperature", 1.0), "temperature", True),
+        batch_size=check.integer(raw["batch_size"], "batch_size", 1),
+        world_size=check.integer(raw.get("world_size", 1), "world_size", 1),
+        max_steps=check.integer(raw["max_steps"], "max_steps", 1),
+        samples_per_epoch=None if spe is None else check.integer(spe, "samples_per_epoch", 1),
+        seed=check.integer(raw.get("seed", 0), "seed", 0),
+        accumulate_grad_batches=check.integer(
+            raw.get("accumulate_grad_batches", 1), "accumulate_grad_batches", 1
+        ),
+        phases=tuple(phases),
+    )
+
+
+# -- the plan --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One row group of the plan: a stretch of steps with constant weights.
+
+    Attributes:
+        index: 0 for the initial weights, then the phases in order.
+        label: ``"initial"``, ``"start_step N"`` or ``"start_epoch N"``.
+        start: First step (optimizer steps).
+        stop: One past the last step, at most ``max_steps``.
+        samples: Global samples read in the phase.
+        temperature: Temperature of the weights.
+        weights: The weights as configured.
+        shares: Probabilities after temperature.
+        drawn: Samples drawn from each source in the phase.
+    """
+
+    index: int
+    label: str
+    start: int
+    stop: int
+    samples: int
+    temperature: float
+    weights: Mapping[str, float]
+    shares: Mapping[str, float]
+    drawn: Mapping[str, int]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a run of the config draws.
+
+    Attributes:
+        config: The config.
+        batches_per_epoch: Full batches per rank in a mixture epoch.
+        epoch_length: Global samples of a mixture epoch.
+        phases: The phases, in order.
+        drawn: Samples drawn per source over the whole run.
+        notes: Facts worth knowing (a ragged epoch end, a phase never reached, ...).
+        exact: Whether every epoch was counted (else identical epochs were multiplied).
+    """
+
+    config: PlanConfig
+    batches_per_epoch: int
+    epoch_length: int
+    phases: tuple[Phase, ...]
+    drawn: Mapping[str, int]
+    notes: tuple[str, ...] = ()
+    exact: bool = True
+    boundaries: tuple[tuple[int, Mapping[str, int]], ...] = field(default=(), repr=False)
+
+    @property
+    def samples_per_step(self) -> int:
+        """Global samples of one optimizer step."""
+        c = self.config
+        return c.batch_size * c.world_size * c.accumulate_grad_batches
+
+    @property
+    def epochs(self) -> float:
+        """Mixture epochs the run covers."""
+        c = self.config
+        return c.max_steps * c.accumulate_grad_batches / self.batches_per_epoch
+
+    def source_epochs(self, name: str) -> float:
+        """Passes over a source: samples drawn from it over its size."""
+        size = self.config.sources[name]
+        return self.drawn[name] / size if size else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        """The plan as JSON-serialisable data."""
+        c = self.config
+        return {
+            "config": c.path,
+            "batch_size": c.batch_size,
+            "world_size": c.world_size,
+            "accumulate_grad_batches": c.accumulate_grad_batches,
+            "max_steps": c.max_steps,
+            "samples_per_step": self.samples_per_step,
+            "samples_per_epoch": self.epoch_length,
+            "batches_per_epoch": self.batches_per_epoch,
+            "epochs": self.epochs,
+            "exact": self.exact,
+            "phases": [
+                {
+                    "index": p.index,
+                    "label": p.label,
+                    "steps": [p.start, p.stop],
+                    "samples": p.samples,
+                    "temperature": p.temperature,
+                    "weights": dict(p.weights),
+                    "shares": dict(p.shares),
+                    "drawn": dict(p.drawn),
+                }
+                for p in self.phases
+            ],
+            "sources": {
+                n: {"size": s, "drawn": self.drawn[n], "epochs": self.source_epochs(n)}
+                for n, s in c.sources.items()
+            },
+            "notes": list(self.notes),
+        }
+
+
+class _Counter:
+    """Samples drawn per source before a global batch index, from the real sampler."""
+
+    def __init__(self, sampler: MixtureSampler, batches: int, step_samples: int, exact: bool):
+        self.sampler, self.batches, self.step_samples = sampler, batches, step_samples
+        self.exact = exact
+        self.special = sorted({e["epoch"] for e in sampler.schedule})
+        self._epoch_cache: dict[int, NDArray[np.int64]] = {}
+
+    def _counts(self, epoch: int, consumed: int) -> NDArray[np.int64]:
+        counts = self.sampler.source_counts(consumed, epoch)
+        return np.asarray(list(counts.values()), dtype=np.int64)
+
+    def _epoch(self, epoch: int) -> NDArray[np.int64]:
+        if epoch not in self._epoch_cache:
+            self._epoch_cache[epoch] = self._counts(epoch, self.batches * self.step_samples)
+        return self._epoch_cache[epoch]
+
+    def _epochs(self, start: int, stop: int) -> NDArray[np.int64]:
+        """Samples per source in whole epochs ``[start, stop)``."""
+        total = np.zeros(len(self.sampler.mixture.names), dtype=np.int64)
+        if self.exact:
+            for epoch in range(start, stop):
+                total += self._epoch(epoch)
+            return total
+        # Between schedule changes every epoch has the same plan: count one, multiply.
+        cuts = {start, stop} | {e for e in self.special if start < e < stop}
+        cuts |= {e + 1 for e in self.special if start < e + 1 < stop}
+        points = sorted(cuts)
+        for a, b in itertools.pairwise(points):
+            total += (b - a) * self._epoch(a)
+        return total
+
+    def before(self, batch: int) -> NDArray[np.int64]:
+        """Samples per source drawn by the first ``batch`` global batches of the run."""
+        epoch, within = divmod(batch, self.batches)
+        return self._epochs(0, epoch) + self._counts(epoch, within * self.step_samples)
+
+
+def _label(phase: MixturePhase) -> str:
+    if phase.start_step is not None:
+        return f"start_step {phase.start_step}"
+    return f"start_epoch {phase.start_epoch}"
+
+
+def make_plan(config: PlanConfig) -> Plan:
+    """Build the data module of the config over stand-in data and count what it draws.
+
+    Raises:
+        CliError: The package refuses the configuration (e.g. a batch larger than an epoch).
+    """
+    spec = DataSpec(
+        sources=config.sources,
+        seed=config.seed,
+        weights=config.weights,
+        temperature=config.temperature,
+        samples_per_epoch=config.samples_per_epoch,
+        phases=config.phases,
+    )
+    acc = config.accumulate_grad_batches
+    with quiet():
+        try:
+            module = build_datamodule(spec, config.world_size, config.batch_size, acc)
+            sampler = module.train_dataloader().position_sampler
+        except (ValueError, TypeError) as error:
+            raise CliError(
+                f"{config.path}: {error}", hint="see docs/cli.md for the config format."
+            ) from None
+    assert isinstance(sampler, MixtureSampler)
+    batches = len(sampler) // config.batch_size
+    step_samples = config.batch_size * config.world_size
+    total = config.max_steps * acc
+    epochs = -(-total // batches)
+    counter = _Counter(sampler, batches, step_samples, exact=epochs <= _EXACT_EPOCHS)
+    names = list(config.sources)
+
+    # Phase boundaries as global batch indices, where the data module installs them.
+    starts = [0] + [
+        p.start_step * acc if p.start_step is not None else (p.start_epoch or 0) * batches
+        for p in config.phases
+    ]
+    settings = [(dict(config.weights), config.temperature, "initial")] + [
+        (dict(p.weights), p.temperature, _label(p)) for p in config.phases
+    ]
+    edges = sorted({min(s, total) for s in starts} | {total})
+    cumulative = {edge: counter.before(edge) for edge in edges}
+    phases, notes = [], []
+    for i, (start, (weights, temperature, label)) in enumerate(zip(starts, settings, strict=True)):
+        begin = min(start, total)
+        end = min(starts[i + 1], total) if i + 1 < len(starts) else total
+        if start >= total and i > 0:
+            notes.append(f"phase {i} ({label}) starts after max_steps {config.max_steps}.")
+        drawn = cumulative[end] - cumulative[begin] if end > begin else np.zeros(len(names))
+        probs = mixture_probabilities([weights[n] for n in names], temperature)
+        phases.append(
+            Phase(
+                index=i,
+                label=label,
+                start=-(-begin // acc),
+                stop=-(-end // acc),
+                samples=max(end - begin, 0) * step_samples,
+                temperature=temperature,
+                weights=weights,
+                shares=dict(zip(names, probs.tolist(), strict=True)),
+                drawn=dict(zip(names, (int(v) for v in drawn), strict=True)),
+            )
+        )
+    ragged = len(sampler) - batches * config.batch_size
+    if ragged:
+        notes.append(
+            f"each epoch ends with {ragged} samples per rank short of a full batch; the plan, "
+            "like the data module's phase placement, counts full batches only (make "
+            "samples_per_epoch a multiple of batch_size x world_size to avoid this)."
+        )
+    dropped = sampler.epoch_length - len(sampler) * config.world_size
+    if dropped:
+        notes.append(f"{dropped} samples of each epoch's order are left out to even out the ranks.")
+    if not counter.exact:
+        notes.append(
+            f"the run spans {epochs} epochs: epochs with the same weights were counted once "
+            "and multiplied, so the counts may be off by a few samples per epoch."
+        )
+    drawn_total = counter.before(total)
+    return Plan(
+        config=config,
+        batches_per_epoch=batches,
+        epoch_length=sampler.epoch_length,
+        phases=tuple(phases),
+        drawn=dict(zip(names, (int(v) for v in drawn_total), strict=True)),
+        notes=tuple(notes),
+        exact=counter.exact,
+        boundaries=tuple(
+            (-(-edge // acc), dict(zip(names, (int(v) for v in cumulative[edge]), strict=True)))
+            for edge in edges
+        ),
+    )
+
+
+# -- output ----------------------------------------------------------------------------------
+
+
+def format_plan(plan: Plan) -> str:
+    """The plan as text: a header, the phase table and the source table."""
+    c = plan.config
+    acc = f" x {c.accumulate_grad_batches} accumulated" if c.accumulate_grad_batches > 1 else ""
+    steps_per_epoch = plan.batches_per_epoch / c.accumulate_grad_batches
+    lines = [
+        f"plan         {c.path}: {len(c.sources)} sources, {count(c.max_steps)} steps",
+        f"step         batch {c.batch_size} x {c.world_size} ranks{acc} = "
+        f"{count(plan.samples_per_step)} samples "
+        f"({count(c.max_steps * plan.samples_per_step)} in all)",
+        f"epoch        {count(plan.epoch_length)} samples = {steps_per_epoch:g} steps; the run "
+        f"covers {plan.epochs:.2f} epochs",
+        "",
+    ]
+    rows = []
+    for phase in plan.phases:
+        steps = f"{phase.start}-{phase.stop - 1}" if phase.stop > phase.start else "-"
+        for j, name in enumerate(c.sources):
+            first = j == 0
+            rows.append(
+                [
+                    str(phase.index) if first else "",
+                    phase.label if first else "",
+                    steps if first else "",
+                    count(phase.samples) if first else "",
+                    f"{phase.temperature:g}" if first else "",
+                    name,
+                    f"{phase.weights[name]:g}",
+                    percent(phase.shares[name]),
+                    count(phase.drawn[name]),
+                ]
+            )
+    header = ["phase", "start", "steps", "samples", "temp", "source", "weight", "share", "drawn"]
+    lines.extend(table(header, rows, right=(3, 6, 7, 8)))
+    lines.append("")
+    source_rows = [
+        [name, count(size), count(plan.drawn[name]), f"{plan.source_epochs(name):.2f}"]
+        for name, size in c.sources.items()
+    ]
+    lines.extend(table(["source", "size", "drawn", "epochs of source"], source_rows, (1, 2, 3)))
+    if plan.notes:
+        lines.append("")
+        lines.extend(f"note: {note}" for note in plan.notes)
+    return "\n".join(lines)
+
+
+def plot_plan(plan: Plan, path: Path) -> None:
+    """Write a PNG: the share of each source over the steps, and the passes over each source.
+
+    Raises:
+        CliError: matplotlib is not installed, or the file cannot be written.
+    """
+    try:
+        from matplotlib.figure import Figure
+        from matplotlib.patches import Patch
+    except ImportError:
+        raise CliError(
+            "--png needs matplotlib, which is not installed",
+            hint="pip install matplotlib (or the package's 'docs' extra).",
+            code=EXIT_FAILURE,
+        ) from None
+    names = list(plan.config.sources)
+    figure = Figure(figsize=(9, 6), layout="constrained")
+    top, bottom = figure.subplots(2, 1, sharex=True)
+    colors = {n: f"C{i % 10}" for i, n in enumerate(names)}
+    for phase in plan.phases:
+        if phase.stop <= phase.start:
+            continue
+        base = 0.0
+        for name in names:
+            share = phase.shares[name]
+            top.bar(
+                phase.start,
+                share,
+                width=phase.stop - phase.start,
+                bottom=base,
+                align="edge",
+                color=colors[name],
+            )
+            base += share
+        top.axvline(phase.start, color="black", linewidth=0.8, linestyle=":")
+    handles = [Patch(color=colors[n], label=n) for n in names]
+    top.legend(handles=handles, loc="upper right", fontsize="small")
+    top.set_ylabel("share of samples")
+    top.set_ylim(0, 1)
+    top.set_title(f"lrd plan {Path(plan.config.path).name}")
+    steps = [step for step, _ in plan.boundaries]
+    for name in names:
+        size = plan.config.sources[name]
+        passes = [counts[name] / size if size else 0.0 for _, counts in plan.boundaries]
+        bottom.plot(steps, passes, marker="o", color=colors[name], label=name)
+    bottom.set_ylabel("epochs of source")
+    bottom.set_xlabel("optimizer step")
+    bottom.set_xlim(0, plan.config.max_steps)
+    bottom.grid(alpha=0.3)
+    try:
+        figure.savefig(path, format="png", dpi=100)
+    except OSError as error:
+        raise CliError(
+            f"cannot write {path}: {error.strerror or error}",
+            hint="check that the folder exists and is writable.",
+            code=EXIT_FAILURE,
+        ) from None
