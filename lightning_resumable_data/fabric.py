@@ -8,6 +8,7 @@ from typing import Any
 from lightning.fabric import Fabric
 from torch.utils.data import Dataset
 
+from lightning_resumable_data.index.permutation import PermutationAlgorithm
 from lightning_resumable_data.loader import StatefulDataLoader
 from lightning_resumable_data.samplers.distributed import DistributedSampler
 
@@ -67,10 +68,12 @@ def fabric_dataloader(
     shuffle: bool = True,
     seed: int = 0,
     drop_last: bool = False,
+    algorithm: PermutationAlgorithm = "randperm",
+    sample_keys: bool = False,
     move_to_device: bool = True,
     **loader_kwargs: Any,
 ) -> FabricDataLoader:
-    """Build a resumable loader whose sampler takes rank and world size from ``fabric``.
+    """Build a resumable loader whose sampler takes its rank from Fabric's strategy.
 
     Args:
         fabric: The launched Fabric.
@@ -79,16 +82,23 @@ def fabric_dataloader(
         shuffle: Shuffle every epoch.
         seed: Seed of the order.
         drop_last: Drop the ragged tail of an epoch and the last partial batch.
+        algorithm: ``"randperm"`` (torch's order) or ``"feistel"`` (O(1) memory).
+        sample_keys: Give the dataset :class:`~lightning_resumable_data.SampleKey` indices.
         move_to_device: Move each batch to ``fabric.device``.
         **loader_kwargs: Other :class:`StatefulDataLoader` arguments (``num_workers``, ...).
     """
+    # The data-parallel group, as the strategy defines it (a model-parallel mesh's data
+    # dimension is smaller than the world).
+    kwargs = getattr(fabric.strategy, "distributed_sampler_kwargs", None) or {}
     sampler = DistributedSampler(
         dataset,  # type: ignore[arg-type]
-        fabric.world_size,
-        fabric.global_rank,
+        kwargs.get("num_replicas", fabric.world_size),
+        kwargs.get("rank", fabric.global_rank),
         shuffle=shuffle,
         seed=seed,
         drop_last=drop_last,
+        algorithm=algorithm,
+        sample_keys=sample_keys,
     )
     loader = StatefulDataLoader(
         dataset, batch_size=batch_size, sampler=sampler, drop_last=drop_last, **loader_kwargs

@@ -105,9 +105,11 @@ class MixtureSampler(DistributedSampler):
     repeats a sample only after it has used all of them. Ranks stride over the global order
     like :class:`DistributedSampler`, so the same elastic resume applies.
 
-    The schedule of weight changes is part of the state: :meth:`update_weights` (or
-    ``schedule=`` at construction) records the (epoch, position) a change starts at, and a
-    resume before, at or after it reproduces the uninterrupted run exactly.
+    The schedule of weight changes is part of the state: :meth:`update_weights` records the
+    (epoch, position) a change starts at (schedule changes before reading, as
+    :class:`~lightning_resumable_data.ResumableDataModule` does for its phases, to get exact
+    per-phase counts), and a resume before, at or after it reproduces the uninterrupted run
+    exactly.
 
     State keys: those of :class:`DistributedSampler` (fingerprint: ``sources``, ``sizes``,
     ``seed``, ``samples_per_epoch``, ``drop_last``, ``initial``), plus ``schedule``: the list

@@ -1,0 +1,123 @@
+"""Draw the benchmark plots of ``docs/benchmarks.md`` into ``docs/img/``.
+
+The numbers are copied from the output of the benchmark scripts (the commands are next to
+each table below and on the benchmarks page); rerun them, paste the new numbers here and
+run::
+
+    .venv/bin/python docs/make_plots.py
+
+Plots are small PNGs (``dpi=100``), well under 200 KB each.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # after choosing the backend
+
+IMG = Path(__file__).resolve().parent / "img"
+COLOURS = {"torch": "#9e9e9e", "torchdata": "#f4a261", "randperm": "#5e35b1", "feistel": "#26a69a"}
+
+# benchmarks/bench_sampler.py --quick: one epoch of rank 0 of 8 (M indices/s, peak MiB).
+SAMPLER = {
+    "1e6": {"torch": (1.87, 47.5), "randperm": (5.55, 12.1), "feistel": (4.73, 9.5)},
+    "1e7": {"torch": (1.35, 460.5), "randperm": (3.16, 47.0), "feistel": (9.07, 11.9)},
+    "1e10": {"feistel": (9.11, 12.0)},  # the first 2,000,000 indices of 1.25e9
+}
+
+# benchmarks/bench_loader.py --quick, part (b): load_state_dict + first batch, in ms.
+RESUME = {
+    "1e3": {"torchdata": 29.0, "randperm": 3.1, "feistel": 5.3},
+    "1e5": {"torchdata": 33.1, "randperm": 4.6, "feistel": 6.8},
+}
+
+# benchmarks/bench_shards.py --quick: one epoch over 12 shards with a 30 ms read per shard.
+SHARDS = [  # (path, prefetch, seconds, ideal seconds or None)
+    ("dataset", "shard 0", 0.785, 0.720),
+    ("dataset", "shard 1", 0.515, 0.390),
+    ("loader, thread", "shard 0, micro 0", 0.783, 0.720),
+    ("loader, thread", "shard 0, micro 2", 0.621, None),
+    ("loader, thread", "shard 1, micro 2", 0.450, 0.390),
+    ("loader, process", "shard 0, micro 2", 0.725, None),
+    ("loader, process", "shard 1, micro 2", 0.705, 0.390),
+]
+
+
+def sampler_plot() -> None:
+    """Speed and peak memory of one epoch of indices, per dataset size."""
+    fig, (speed, memory) = plt.subplots(1, 2, figsize=(9, 3.2))
+    kinds = ("torch", "randperm", "feistel")
+    width = 0.27
+    for k, kind in enumerate(kinds):
+        sizes = [n for n in SAMPLER if kind in SAMPLER[n]]
+        xs = [list(SAMPLER).index(n) + (k - 1) * width for n in sizes]
+        label = "torch DistributedSampler" if kind == "torch" else f"ours ({kind})"
+        speed.bar(xs, [SAMPLER[n][kind][0] for n in sizes], width, color=COLOURS[kind], label=label)
+        memory.bar(xs, [SAMPLER[n][kind][1] for n in sizes], width, color=COLOURS[kind])
+    for ax, title in ((speed, "million indices / s (higher is better)"), (memory, "peak MiB")):
+        ax.set_xticks(range(len(SAMPLER)), [f"N = {n}" for n in SAMPLER])
+        ax.set_title(title, fontsize=10)
+        ax.spines[["top", "right"]].set_visible(False)
+    memory.set_yscale("log")
+    speed.legend(fontsize=8, frameon=False)
+    fig.tight_layout()
+    fig.savefig(IMG / "sampler.png", dpi=100)
+    plt.close(fig)
+
+
+def resume_plot() -> None:
+    """Resume latency by position: replaying torchdata against the O(1) skip."""
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    kinds = ("torchdata", "randperm", "feistel")
+    labels = {"torchdata": "torchdata (replay)", "randperm": "ours (randperm)"}
+    width = 0.27
+    for k, kind in enumerate(kinds):
+        xs = [i + (k - 1) * width for i in range(len(RESUME))]
+        values = [RESUME[p][kind] for p in RESUME]
+        ax.bar(xs, values, width, color=COLOURS[kind], label=labels.get(kind, "ours (feistel)"))
+    ax.set_xticks(range(len(RESUME)), [f"{p} samples in" for p in RESUME])
+    ax.set_ylabel("ms to first batch")
+    ax.set_title("load_state_dict + first batch (lower is better)", fontsize=10)
+    ax.spines[["top", "right"]].set_visible(False)
+    ax.legend(fontsize=8, frameon=False)
+    fig.tight_layout()
+    fig.savefig(IMG / "resume.png", dpi=100)
+    plt.close(fig)
+
+
+def shards_plot() -> None:
+    """Epoch time with and without shard and micro-batch prefetch, against the ideal."""
+    fig, ax = plt.subplots(figsize=(7, 3.4))
+    names = [f"{path}\n{prefetch}" for path, prefetch, _, _ in SHARDS]
+    seconds = [s for _, _, s, _ in SHARDS]
+    colours = [COLOURS["feistel"] if "shard 1" in p else COLOURS["torch"] for _, p, _, _ in SHARDS]
+    ax.barh(range(len(SHARDS)), seconds, color=colours)
+    for i, (_, _, _, ideal) in enumerate(SHARDS):
+        if ideal is not None:
+            ax.plot([ideal, ideal], [i - 0.4, i + 0.4], color="black", linewidth=1.5)
+    ax.plot([], [], color="black", label="ideal")
+    ax.set_yticks(range(len(SHARDS)), names, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds per epoch (lower is better)")
+    ax.spines[["top", "right"]].set_visible(False)
+    ax.legend(fontsize=8, frameon=False, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(IMG / "shards.png", dpi=100)
+    plt.close(fig)
+
+
+def main() -> None:
+    """Draw every plot."""
+    IMG.mkdir(exist_ok=True)
+    sampler_plot()
+    resume_plot()
+    shards_plot()
+    for path in sorted(IMG.glob("*.png")):
+        print(f"{path.relative_to(IMG.parent.parent)}: {path.stat().st_size // 1024} KB")
+
+
+if __name__ == "__main__":
+    main()
