@@ -7,14 +7,14 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint typecheck unit bench clean
+.PHONY: setup demo test lint typecheck unit docs bench clean
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
-	$(PY) -m pip install --quiet -e ".[test]"
+	$(PY) -m pip install --quiet -e ".[test,docs]"
 	touch $(STAMP)
 
 demo: setup
@@ -30,7 +30,10 @@ typecheck: setup
 unit: setup
 	$(PY) -m pytest
 
-test: lint typecheck unit
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
+
+test: lint typecheck unit docs
 
 bench: setup
 	$(PY) benchmarks/bench_sampler.py
