@@ -16,6 +16,7 @@ from typing import Any, Final, Literal, Protocol, runtime_checkable
 import torch
 from torch.utils.data import BatchSampler, Dataset, IterableDataset, Sampler
 from torchdata.stateful_dataloader import StatefulDataLoader as _TorchdataLoader
+from torchdata.stateful_dataloader.sampler import BatchSampler as _TorchdataBatchSampler
 
 from lightning_resumable_data.randomness import worker_seed
 from lightning_resumable_data.samplers.distributed import check_non_negative_int
@@ -180,6 +181,15 @@ class StatefulDataLoader(_TorchdataLoader[Any]):
         self.resume_mode: ResumeMode = self._choose_mode()
         if self.resume_mode != "torchdata":
             self.snapshot_every_n_steps = 0  # workers need not send torchdata snapshots
+        if self.resume_mode == "position" and type(self.batch_sampler) is _TorchdataBatchSampler:
+            # torchdata's BatchSampler keeps a resumable per-index Python loop we never use
+            # (the position is the sampler's): torch's own is about 3x cheaper per index.
+            fast = BatchSampler(
+                self.batch_sampler.sampler,
+                self.batch_sampler.batch_size,
+                self.batch_sampler.drop_last,
+            )
+            object.__setattr__(self, "batch_sampler", fast)  # DataLoader forbids a plain set
         self.max_epochs = (
             None if max_epochs is None else check_non_negative_int("max_epochs", max_epochs)
         )

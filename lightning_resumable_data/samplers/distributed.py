@@ -199,29 +199,24 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
         # here: torch's multi-worker DataLoader calls ``iter(sampler)`` twice and discards
         # the first iterator, which must not use up a one-shot resume position.
         self._stream = None
-        return self._iterate()
+        stream = ChunkStream(self._chunks(lambda: stream))
+        return iter(stream)
 
-    def _iterate(self) -> Iterator[int]:
+    def _chunks(self, stream: Callable[[], ChunkStream]) -> Iterator[list[Any]]:
+        """Yield this rank's indices, a list per chunk; the position is read at the first."""
         start, self._resume_at = self._resume_at, 0
         span = rank_span(
             self.epoch_length, self.num_replicas, self.rank, self.drop_last, consumed=start
         )
         order = self._order()
         n, seed, epoch, keyed = self.epoch_length, self.seed, self.epoch, self.sample_keys
-
         size = self._chunk_size()
-
-        def chunks() -> Iterator[list[Any]]:
-            for begin in range(0, span.count, size):
-                positions = span_positions(span, begin, begin + size)
-                indices = order(positions % n)
-                yield (
-                    make_sample_keys(indices, positions, seed, epoch) if keyed else indices.tolist()
-                )
-
         self._started_at = start
-        self._stream = ChunkStream(chunks())
-        yield from self._stream
+        self._stream = stream()
+        for begin in range(0, span.count, size):
+            positions = span_positions(span, begin, begin + size)
+            indices = order(positions % n)
+            yield make_sample_keys(indices, positions, seed, epoch) if keyed else indices.tolist()
 
     def samples_left(self, consumed: int) -> int:
         """Samples this rank still reads in an epoch after ``consumed`` global samples."""
