@@ -89,7 +89,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import importlib.metadata
 import itertools
 import json
 import os
@@ -101,14 +100,31 @@ import time
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
+
+from _harness import (
+    CHILD_TIMEOUT_S,
+    Json,
+    argument_parser,
+    fmt_n,
+    load_average,
+    mark,
+    package_version,
+    parse_count,
+    parse_counts,
+    pin_to_one_cpu,
+    print_block,
+    progress,
+    python_version,
+    spawn_json,
+    table_header,
+    table_row,
+)
 
 if TYPE_CHECKING:
     import torch
     import torch.utils.data
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 BATCH_SIZE = 64
 ROW_WIDTH = 8
 SEED = 0
@@ -117,7 +133,6 @@ TURN_WORKERS = 100  # batches per turn with workers (one at a time without)
 WARMUP_WORKERS = 200  # warm-up batches with workers (the full epoch 0 without)
 FLAT_RATIO = 1.5  # resume latency at the largest position vs the smallest ...
 FLAT_SLACK_MS = 2.0  # ... plus this much, for timings of a few ms
-CHILD_TIMEOUT_S = 1800
 
 Loader = Literal["torch", "torchdata", "ours"]
 LOADERS: tuple[Loader, ...] = ("torch", "torchdata", "ours")
@@ -185,11 +200,6 @@ class IndexDataset:
 
     def __getitem__(self, index: int) -> int:
         return int(index)
-
-
-def _pin_to_one_cpu() -> None:
-    if hasattr(os, "sched_getaffinity") and hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 
 
 def _quiet_torchdata() -> None:
@@ -335,7 +345,7 @@ def run_throughput(case: ThroughputCase) -> dict[str, object]:
 
     _quiet_torchdata()
     if case.num_workers == 0:
-        _pin_to_one_cpu()
+        pin_to_one_cpu()
     torch.set_num_threads(1)
     # One copy of the dataset per loader: the loaders read the same indices in the same
     # order, and with a shared copy the one that comes first in a cycle warms the CPU
@@ -404,7 +414,7 @@ def run_resume(case: ResumeCase) -> dict[str, object]:
     import torch
 
     _quiet_torchdata()
-    _pin_to_one_cpu()
+    pin_to_one_cpu()
     torch.set_num_threads(1)
     checks: list[str] = []  # failures
     state_text = json.dumps(_state_at(case.impl, _resume_loader(case.impl, case.n), case.position))
@@ -455,33 +465,11 @@ def run_resume(case: ResumeCase) -> dict[str, object]:
 # --------------------------------------------------------------------------------------
 
 
-def _child_env() -> dict[str, str]:
-    env = dict(os.environ)
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        env[var] = "1"
-    paths = [str(REPO_ROOT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
-    env["PYTHONPATH"] = os.pathsep.join(paths)
-    return env
-
-
-def _spawn(kind: str, case: ThroughputCase | ResumeCase) -> dict[str, Any]:
-    spec = json.dumps(asdict(case))
-    command = [sys.executable, str(Path(__file__).resolve()), "--child", kind, spec]
+def _spawn(kind: str, case: ThroughputCase | ResumeCase) -> Json:
     try:
-        done = subprocess.run(
-            command,
-            env=_child_env(),
-            capture_output=True,
-            text=True,
-            timeout=CHILD_TIMEOUT_S,
-            check=False,
-        )
+        return spawn_json(__file__, ["--child", kind, json.dumps(asdict(case))])
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {CHILD_TIMEOUT_S} s"}
-    if done.returncode != 0:
-        tail = done.stderr.strip().splitlines()[-1:] or [f"killed by signal {-done.returncode}"]
-        return {"error": f"exit {done.returncode}: {tail[0]}"}
-    return cast("dict[str, Any]", json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 def round_order(round_index: int) -> tuple[Loader, ...]:
@@ -535,7 +523,7 @@ def measure_throughput(
             run = _spawn("throughput", case)
             if "error" in run:
                 result.error = str(run["error"])
-                print(f"  round {index} nw={nw}: {result.error}", file=sys.stderr, flush=True)
+                progress(f"  round {index} nw={nw}: {result.error}")
                 continue
             for impl in LOADERS:
                 result.rounds[impl].append(run["rates"][impl])
@@ -544,7 +532,7 @@ def measure_throughput(
             rates = ", ".join(
                 f"{impl} {run['rates'][impl]['steady_rate']:.0f}" for impl in case.order
             )
-            print(f"  round {index} nw={nw}: {rates} batches/s", file=sys.stderr, flush=True)
+            progress(f"  round {index} nw={nw}: {rates} batches/s")
     return [results[nw] for nw in workers]
 
 
@@ -595,15 +583,9 @@ def measure_resume(
                     tuple(str(f) for f in run["failures"]),
                 )
                 status = f"{result.cell()} ms" + (" CHECK FAILED" if result.failures else "")
-            print(f"  {impl:>9} p={fmt_n(position):<6} {status}", file=sys.stderr, flush=True)
+            progress(f"  {impl:>9} p={fmt_n(position):<6} {status}")
             results.append(result)
     return results
-
-
-def fmt_n(n: int) -> str:
-    """``10**7`` -> ``1e7``; other counts with thousands separators."""
-    exponent = len(str(n)) - 1
-    return f"1e{exponent}" if n == 10**exponent else f"{n:,}"
 
 
 def _pct(value: float) -> str:
@@ -620,13 +602,20 @@ def render_throughput(results: Sequence[ThroughputResult], n: int, repeats: int)
         f"## (a) Throughput: N={n:,}, batch_size={BATCH_SIZE}, epoch 1 after a warm-up, "
         f"loaders interleaved, median of {repeats} rounds",
         "",
-        "| num_workers | loader | batches/s (steady) | overhead vs torch (range) "
-        "| CPU ms/batch | CPU overhead vs torch (range) | first batch ms |",
-        "|---|---|---|---|---|---|---|",
+        *table_header(
+            "num_workers",
+            "loader",
+            "batches/s (steady)",
+            "overhead vs torch (range)",
+            "CPU ms/batch",
+            "CPU overhead vs torch (range)",
+            "first batch ms",
+        ),
     ]
     for result in results:
         if result.error is not None:
-            lines.append(f"| {result.num_workers} | all | FAILED: {result.error} | | | | |")
+            failed = [str(result.num_workers), "all", f"FAILED: {result.error}"]
+            lines.append(table_row(failed, width=7))
             continue
         for impl in LOADERS:
             rate = result.median(impl, "steady_rate")
@@ -655,9 +644,15 @@ def render_resume(
         f"num_workers=0, load_state_dict + first batch, median of {repeats}; "
         "wall ms (CPU ms)",
         "",
-        "| position | ours (randperm) ms | ours (feistel) ms | torchdata ms "
-        "| torchdata / ours (randperm) | torchdata / ours (feistel) | state at position |",
-        "|---|---|---|---|---|---|---|",
+        *table_header(
+            "position",
+            "ours (randperm) ms",
+            "ours (feistel) ms",
+            "torchdata ms",
+            "torchdata / ours (randperm)",
+            "torchdata / ours (feistel)",
+            "state at position",
+        ),
     ]
     for position in sorted({r.case.position for r in results}):
         row = {r.case.impl: r for r in results if r.case.position == position}
@@ -716,10 +711,6 @@ def correctness_failures(
 
 def verdicts(throughput: Sequence[ThroughputResult], resume: Sequence[ResumeResult]) -> list[str]:
     """The acceptance-criterion summary lines."""
-
-    def mark(passed: bool) -> str:
-        return "PASS" if passed else "MISS"
-
     lines = []
     for t in throughput:
         if t.error is not None or not t.rounds["ours"]:
@@ -784,28 +775,9 @@ def verdicts(throughput: Sequence[ThroughputResult], resume: Sequence[ResumeResu
     return lines
 
 
-def parse_count(text: str) -> int:
-    """Parse ``"1e7"``, ``"10000000"`` or ``"10_000_000"`` as an exact positive int."""
-    try:
-        value = int(text)
-    except ValueError:
-        number = float(text)
-        if not number.is_integer():
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        value = int(number)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
-    return value
-
-
-def parse_counts(text: str) -> list[int]:
-    """Parse a comma-separated list of counts; empty means none."""
-    return [parse_count(part) for part in text.split(",") if part.strip()]
-
-
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """Command-line interface (parent and ``--child`` modes)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argument_parser(__doc__)
     parser.add_argument(
         "--parts",
         choices=("all", "throughput", "resume"),
@@ -866,20 +838,6 @@ def run_child(kind: str, spec: str) -> dict[str, object]:
     raise SystemExit(f"unknown child kind {kind!r}")
 
 
-def _version(package: str) -> str:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return "?"
-
-
-def _load() -> str:
-    """The load averages: other processes on the machine skew every timing."""
-    if not hasattr(os, "getloadavg"):
-        return "load average n/a"
-    return "load average " + " ".join(f"{value:.2f}" for value in os.getloadavg())
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark (or, with ``--child``, one case) and return the exit code."""
     args = parse_args(argv)
@@ -899,22 +857,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     print(
         f"# StatefulDataLoader vs torch DataLoader vs torchdata StatefulDataLoader; "
-        f"python {sys.version.split()[0]}, torch {_version('torch')}, "
-        f"torchdata {_version('torchdata')}, {os.cpu_count()} CPUs, {_load()}",
+        f"python {python_version()}, torch {package_version('torch')}, "
+        f"torchdata {package_version('torchdata')}, {os.cpu_count()} CPUs, {load_average()}",
         flush=True,
     )
     throughput: list[ThroughputResult] = []
     resume: list[ResumeResult] = []
     if args.parts in ("all", "throughput"):
         throughput = measure_throughput(n, repeats, args.workers, check_n)
-        print()
-        print("\n".join(render_throughput(throughput, n, repeats)), flush=True)
+        print_block(render_throughput(throughput, n, repeats), flush=True)
     if args.parts in ("all", "resume"):
         resume = measure_resume(resume_n, positions, args.resume_repeats, verify_max)
-        print()
-        print("\n".join(render_resume(resume, resume_n, args.resume_repeats, verify_max)))
+        print_block(render_resume(resume, resume_n, args.resume_repeats, verify_max))
     print()
-    print(f"# at the end: {_load()}")
+    print(f"# at the end: {load_average()}")
     print("\n".join(verdicts(throughput, resume)))
     failures = correctness_failures(throughput, resume)
     if failures:

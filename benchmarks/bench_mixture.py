@@ -53,20 +53,37 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
-import resource
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
+
+from _harness import (
+    Json,
+    argument_parser,
+    best_time,
+    fmt_n,
+    highest_peak,
+    mark,
+    one_torch_thread,
+    parse_count,
+    parse_counts,
+    peak_kib,
+    peak_mib_since,
+    pin_to_one_cpu,
+    print_block,
+    progress,
+    python_version,
+    repeat_runs,
+    spawn_json,
+    table_header,
+    table_row,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 RANK = 0
 SEED = 0
 EPOCH = 0
@@ -79,7 +96,6 @@ RESUME_WINDOW = 4096  # resumed indices compared with the uninterrupted epoch
 FLAT_MEMORY_SLACK_MIB = 16.0
 FLAT_RESUME_FACTOR = 2.0
 FLAT_RESUME_SLACK_S = 0.050
-CHILD_TIMEOUT_S = 1800
 
 Impl = Literal["mixture", "randperm", "feistel"]
 IMPLS: tuple[Impl, ...] = ("mixture", "randperm", "feistel")
@@ -119,16 +135,6 @@ class Result:
 # --------------------------------------------------------------------------------------
 # Child: one measurement in a fresh process.
 # --------------------------------------------------------------------------------------
-
-
-def _peak_kib() -> int:
-    # Linux reports ru_maxrss in KiB.
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-
-
-def _pin_to_one_cpu() -> None:
-    if hasattr(os, "sched_getaffinity") and hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 
 
 def source_sizes(n: int) -> list[int]:
@@ -189,13 +195,12 @@ def make_sampler(impl: Impl, n: int, world: int, rank: int, *, schedule: bool) -
 
 
 def _one_thread() -> None:
-    _pin_to_one_cpu()
+    pin_to_one_cpu()
     # numpy 2 imports numpy.ma on the first np.unique call (~20-40 ms); the mixture makes
     # that call in its first chunk. Import it here, so it is not billed as resume time.
     import numpy.ma  # noqa: F401
-    import torch
 
-    torch.set_num_threads(1)
+    one_torch_thread()
 
 
 def _setup(case: Case) -> Any:
@@ -207,13 +212,13 @@ def run_epoch(case: Case) -> dict[str, Any]:
     """Time one full epoch of rank 0; for the mixture, check ``source_counts`` (untimed)."""
     sampler = _setup(case)
     sampler.set_epoch(EPOCH)
-    baseline = _peak_kib()
+    baseline = peak_kib()
 
     start = time.perf_counter()
     for _ in sampler:
         pass
     seconds = time.perf_counter() - start
-    peak_mib = (_peak_kib() - baseline) / 1024
+    peak_mib = peak_mib_since(baseline)
 
     result: dict[str, Any] = {
         "count": len(sampler),
@@ -246,14 +251,14 @@ def run_resume(case: Case) -> dict[str, Any]:
     # A fresh run: constructed with the initial weights only; the schedule comes from the
     # state.
     sampler = make_sampler(case.impl, case.n, case.world, RANK, schedule=False)
-    baseline = _peak_kib()
+    baseline = peak_kib()
 
     start = time.perf_counter()
     sampler.load_state_dict(state)
     iterator: Iterator[int] = iter(sampler)
     first = next(iterator)
     seconds = time.perf_counter() - start
-    peak_mib = (_peak_kib() - baseline) / 1024
+    peak_mib = peak_mib_since(baseline)
 
     # Untimed: the resumed indices must be the uninterrupted epoch's from the same place.
     resumed = [first, *itertools.islice(iterator, RESUME_WINDOW - 1)]
@@ -335,46 +340,24 @@ def run_case(case: Case) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------
 
 
-def _child_env() -> dict[str, str]:
-    env = dict(os.environ)
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        env[var] = "1"
-    paths = [str(REPO_ROOT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
-    env["PYTHONPATH"] = os.pathsep.join(paths)
-    return env
-
-
-def _spawn(case: Case) -> dict[str, Any]:
-    command = [sys.executable, str(Path(__file__).resolve()), "--case", case.impl]
-    command += ["--mode", case.mode, "--n", str(case.n), "--world", str(case.world)]
-    done = subprocess.run(
-        command,
-        env=_child_env(),
-        capture_output=True,
-        text=True,
-        timeout=CHILD_TIMEOUT_S,
-        check=False,
-    )
-    if done.returncode != 0:
-        tail = done.stderr.strip().splitlines()[-1:] or [f"killed by signal {-done.returncode}"]
-        return {"error": f"exit {done.returncode}: {tail[0]}"}
-    return cast("dict[str, Any]", json.loads(done.stdout.strip().splitlines()[-1]))
+def _spawn(case: Case) -> Json:
+    args = ["--case", case.impl, "--mode", case.mode]
+    args += ["--n", str(case.n), "--world", str(case.world)]
+    return spawn_json(__file__, args)
 
 
 def measure(case: Case, repeat: int) -> Result:
     """Run ``case`` in ``repeat`` fresh subprocesses; keep the best times, highest peak."""
-    runs = [_spawn(case) for _ in range(1 if case.mode == "counts" else repeat)]
-    for run in runs:
-        if "error" in run:
-            return Result(case, error=str(run["error"]))
+    runs, error = repeat_runs(lambda: _spawn(case), 1 if case.mode == "counts" else repeat)
+    if error is not None:
+        return Result(case, error=error)
     oks = [run.get("ok") for run in runs]
-    nan = float("nan")
     return Result(
         case,
         count=int(runs[0].get("count", 0)),
-        seconds=min(float(run["seconds"]) for run in runs),
-        peak_mib=max(float(run.get("peak_mib", nan)) for run in runs),
-        save_seconds=min(float(run.get("save_seconds", nan)) for run in runs),
+        seconds=best_time(runs),
+        peak_mib=highest_peak(runs),
+        save_seconds=best_time(runs, "save_seconds"),
         ok=None if oks[0] is None else all(oks),
         detail=cast("dict[str, Any]", runs[0].get("detail", {})),
     )
@@ -388,12 +371,6 @@ def plan(sizes: Sequence[int], world: int, check_max: int) -> list[Case]:
         if n <= check_max:
             cases.append(Case("mixture", "counts", n, world))
     return cases
-
-
-def fmt_n(n: int) -> str:
-    """``10**7`` -> ``1e7``; other sizes with thousands separators."""
-    exponent = len(str(n)) - 1
-    return f"1e{exponent}" if n == 10**exponent else f"{n:,}"
 
 
 def _name(impl: Impl) -> str:
@@ -417,11 +394,19 @@ def _check_text(ok: bool | None, passed: str, failed: str) -> str:
 
 def render(results: Sequence[Result], sizes: Sequence[int]) -> tuple[list[str], bool]:
     """The main Markdown table (epoch and resume per sampler), and whether all passed."""
-    lines = [
-        "| N | sampler | rank-0 indices | epoch s | M indices/s | epoch peak MiB "
-        "| mixture time / this | resume → 1st index ms | resume peak MiB | save ms | checks |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    lines = table_header(
+        "N",
+        "sampler",
+        "rank-0 indices",
+        "epoch s",
+        "M indices/s",
+        "epoch peak MiB",
+        "mixture time / this",
+        "resume → 1st index ms",
+        "resume peak MiB",
+        "save ms",
+        "checks",
+    )
     all_ok = not any(r.error for r in results)
     for n in sizes:
         mixture = _find(results, "mixture", "epoch", n)
@@ -435,7 +420,7 @@ def render(results: Sequence[Result], sizes: Sequence[int]) -> tuple[list[str], 
             ]
             if failed or epoch is None or resume is None:
                 errors = "; ".join(f"{r.case.mode}: {r.error}" for r in failed) or "not run"
-                lines.append(f"| {fmt_n(n)} | {_name(impl)} | FAILED: {errors} |" + " |" * 8)
+                lines.append(table_row([fmt_n(n), _name(impl), f"FAILED: {errors}"], width=11))
                 continue
             checks = []
             if epoch.ok is not None:
@@ -456,23 +441,28 @@ def render(results: Sequence[Result], sizes: Sequence[int]) -> tuple[list[str], 
                 f"{resume.save_seconds * 1e3:.2f}",
             ]
             cells = [fmt_n(n), _name(impl), *e_cells, *r_cells, ", ".join(checks) or "—"]
-            lines.append("| " + " | ".join(cells) + " |")
+            lines.append(table_row(cells))
     return lines, all_ok
 
 
 def render_counts(results: Sequence[Result], sizes: Sequence[int]) -> tuple[list[str], bool]:
     """The per-source count table of the mixture, and whether the counts matched."""
-    lines = [
-        "| N | source | size | weight before → after | target 1st / 2nd half "
-        "| source_counts() | realised, all ranks | copies per sample |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+    lines = table_header(
+        "N",
+        "source",
+        "size",
+        "weight before → after",
+        "target 1st / 2nd half",
+        "source_counts()",
+        "realised, all ranks",
+        "copies per sample",
+    )
     all_ok = True
     for n in sizes:
         epoch = _find(results, "mixture", "epoch", n)
         counts = _find(results, "mixture", "counts", n)
         if epoch is None:  # the targets come from the child: the parent imports no package
-            lines.append(f"| {fmt_n(n)} | FAILED: mixture epoch case |" + " |" * 6)
+            lines.append(table_row([fmt_n(n), "FAILED: mixture epoch case"], width=8))
             continue
         targets = epoch.detail["targets"]
         reported = epoch.detail.get("source_counts")
@@ -497,7 +487,7 @@ def render_counts(results: Sequence[Result], sizes: Sequence[int]) -> tuple[list
                 mark = "" if pair == want else " ✗"
                 cells.append(f"{pair[0]:,} / {pair[1]:,}{mark}")
             cells.append("not run" if copies is None else f"{copies[j][0]}-{copies[j][1]}")
-            lines.append("| " + " | ".join(cells) + " |")
+            lines.append(table_row(cells))
     checked = [r for r in results if r.case.mode == "counts" and r.error is None]
     for r in checked:
         d = r.detail
@@ -533,9 +523,6 @@ def verdicts(results: Sequence[Result], sizes: Sequence[int]) -> list[str]:
                 f"{mix_resume.seconds * 1e3:.0f} vs {plain_resume.seconds * 1e3:.0f} ms"
             )
         lines.append(f"N={fmt_n(n)}: mixture {mix.rate / 1e6:.2f} M indices/s; " + "; ".join(parts))
-
-    def mark(passed: bool) -> str:
-        return "PASS" if passed else "MISS"
 
     epochs = sorted(
         (
@@ -577,28 +564,9 @@ def verdicts(results: Sequence[Result], sizes: Sequence[int]) -> list[str]:
     return lines
 
 
-def parse_count(text: str) -> int:
-    """Parse ``"1e7"``, ``"10000000"`` or ``"10_000_000"`` as an exact positive int."""
-    try:
-        value = int(text)
-    except ValueError:
-        number = float(text)
-        if not number.is_integer():
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        value = int(number)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
-    return value
-
-
-def parse_counts(text: str) -> list[int]:
-    """Parse a comma-separated list of counts; empty means none."""
-    return [parse_count(part) for part in text.split(",") if part.strip()]
-
-
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """Command-line interface (parent and ``--case`` child modes)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argument_parser(__doc__)
     parser.add_argument(
         "--sizes",
         type=parse_counts,
@@ -644,28 +612,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"epoch {EPOCH}, drop_last=True; sources {'/'.join(NAMES)} sized "
         f"{':'.join(map(str, RATIO))}, weights {WEIGHTS_BEFORE} -> {WEIGHTS_AFTER} at N // 2; "
         f"one thread, one CPU, fresh process per case; best of {args.repeat}; "
-        f"python {sys.version.split()[0]}",
+        f"python {python_version()}",
         flush=True,
     )
     results = []
     for case in cases:
         result = measure(case, args.repeat)
         status = result.error or f"{result.seconds:.3f} s, {result.peak_mib:.1f} MiB"
-        print(
-            f"  {case.impl:>8} {case.mode:<6} N={fmt_n(case.n):<6} {status}",
-            file=sys.stderr,
-            flush=True,
-        )
+        progress(f"  {case.impl:>8} {case.mode:<6} N={fmt_n(case.n):<6} {status}")
         results.append(result)
 
     table, table_ok = render(results, args.sizes)
     counts, counts_ok = render_counts(results, args.sizes)
-    print()
-    print("\n".join(table))
-    print()
-    print("\n".join(counts))
-    print()
-    print("\n".join(verdicts(results, args.sizes)))
+    print_block(table)
+    print_block(counts)
+    print_block(verdicts(results, args.sizes))
     all_ok = table_ok and counts_ok
     if not all_ok:
         print("\nFAILED: a case crashed or a check failed (see tables).")

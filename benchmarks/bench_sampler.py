@@ -42,17 +42,33 @@ import argparse
 import hashlib
 import itertools
 import json
-import os
-import resource
-import subprocess
 import sys
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal, cast
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from _harness import (
+    Json,
+    argument_parser,
+    best_time,
+    fmt_n,
+    highest_peak,
+    mark,
+    parse_count,
+    parse_counts,
+    peak_kib,
+    peak_mib_since,
+    pin_to_one_cpu,
+    print_block,
+    progress,
+    python_version,
+    repeat_runs,
+    spawn_json,
+    table_header,
+    table_row,
+)
+
 NUM_REPLICAS = 8
 RANK = 0
 SEED = 0
@@ -60,7 +76,6 @@ EPOCH = 1
 SPEED_TARGET = 10_000_000  # feistel indices per second on one core
 SPEEDUP_TARGET = 5.0  # randperm vs torch at N = 1e7
 FLAT_MEMORY_SLACK_MIB = 16.0  # feistel peak at the largest N vs the smallest
-CHILD_TIMEOUT_S = 1800
 
 Impl = Literal["torch", "randperm", "feistel"]
 IMPLS: tuple[Impl, ...] = ("torch", "randperm", "feistel")
@@ -100,19 +115,9 @@ class Result:
 # --------------------------------------------------------------------------------------
 
 
-def _peak_kib() -> int:
-    # Linux reports ru_maxrss in KiB.
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-
-
-def _pin_to_one_cpu() -> None:
-    if hasattr(os, "sched_getaffinity") and hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
-
-
 def run_case(case: Case) -> dict[str, object]:
     """Measure ``case`` in this process and return the result as a JSON-able dict."""
-    _pin_to_one_cpu()
+    pin_to_one_cpu()
     import numpy as np
     import torch
     import torch.utils.data
@@ -121,7 +126,7 @@ def run_case(case: Case) -> dict[str, object]:
 
     torch.set_num_threads(1)
     dataset = range(case.n)
-    baseline = _peak_kib()
+    baseline = peak_kib()
 
     sampler: torch.utils.data.DistributedSampler[int]
     if case.impl == "torch":
@@ -153,7 +158,7 @@ def run_case(case: Case) -> dict[str, object]:
     for _ in indices():
         pass
     seconds = time.perf_counter() - start
-    peak_mib = (_peak_kib() - baseline) / 1024
+    peak_mib = peak_mib_since(baseline)
 
     digest: str | None = None
     valid: bool | None = None
@@ -177,50 +182,28 @@ def run_case(case: Case) -> dict[str, object]:
 # --------------------------------------------------------------------------------------
 
 
-def _child_env() -> dict[str, str]:
-    env = dict(os.environ)
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        env[var] = "1"
-    paths = [str(REPO_ROOT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
-    env["PYTHONPATH"] = os.pathsep.join(paths)
-    return env
-
-
-def _spawn(case: Case) -> dict[str, object]:
-    command = [sys.executable, str(Path(__file__).resolve()), "--case", case.impl]
-    command += ["--n", str(case.n)]
+def _spawn(case: Case) -> Json:
+    args = ["--case", case.impl, "--n", str(case.n)]
     if case.budget is not None:
-        command += ["--budget", str(case.budget)]
+        args += ["--budget", str(case.budget)]
     if case.check:
-        command.append("--check")
-    done = subprocess.run(
-        command,
-        env=_child_env(),
-        capture_output=True,
-        text=True,
-        timeout=CHILD_TIMEOUT_S,
-        check=False,
-    )
-    if done.returncode != 0:
-        tail = done.stderr.strip().splitlines()[-1:] or [f"killed by signal {-done.returncode}"]
-        return {"error": f"exit {done.returncode}: {tail[0]}"}
-    return cast("dict[str, object]", json.loads(done.stdout.strip().splitlines()[-1]))
+        args.append("--check")
+    return spawn_json(__file__, args)
 
 
 def measure(case: Case, repeat: int) -> Result:
     """Run ``case`` in ``repeat`` fresh subprocesses; keep the best time, highest peak."""
-    runs = [_spawn(case) for _ in range(repeat)]
-    for run in runs:
-        if "error" in run:
-            return Result(case, error=str(run["error"]))
+    runs, error = repeat_runs(lambda: _spawn(case), repeat)
+    if error is not None:
+        return Result(case, error=error)
     digests = {run["digest"] for run in runs}
     first = runs[0]
     return Result(
         case,
         count=cast(int, first["count"]),
         epoch_count=cast(int, first["epoch_count"]),
-        seconds=min(cast(float, run["seconds"]) for run in runs),
-        peak_mib=max(cast(float, run["peak_mib"]) for run in runs),
+        seconds=best_time(runs),
+        peak_mib=highest_peak(runs),
         digest=cast("str | None", first["digest"]) if len(digests) == 1 else "unstable",
         valid=all(run["valid"] is not False for run in runs) if case.check else None,
     )
@@ -233,12 +216,6 @@ def plan(
     cases = [Case(impl, n, check=n <= check_max) for n in sizes for impl in IMPLS]
     cases += [Case("feistel", n, budget=budget, check=n <= check_max) for n in feistel_sizes]
     return cases
-
-
-def fmt_n(n: int) -> str:
-    """``10**7`` -> ``1e7``; other sizes with thousands separators."""
-    exponent = len(str(n)) - 1
-    return f"1e{exponent}" if n == 10**exponent else f"{n:,}"
 
 
 def _ratio(numerator: float, denominator: float) -> str:
@@ -265,17 +242,23 @@ def _check_cell(result: Result, reference: Result | None) -> tuple[str, bool]:
 def render(results: Sequence[Result]) -> tuple[list[str], bool]:
     """Markdown table lines, and whether every case ran and passed its checks."""
     torch_rows = {r.case.n: r for r in results if r.case.impl == "torch" and r.error is None}
-    lines = [
-        "| N | sampler | indices timed | seconds | M indices/s | peak MiB "
-        "| time torch/ours | mem torch/ours | check |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
+    lines = table_header(
+        "N",
+        "sampler",
+        "indices timed",
+        "seconds",
+        "M indices/s",
+        "peak MiB",
+        "time torch/ours",
+        "mem torch/ours",
+        "check",
+    )
     all_ok = True
     for r in results:
         name = r.case.impl if r.case.impl == "torch" else f"ours ({r.case.impl})"
         if r.error is not None:
             all_ok = False
-            lines.append(f"| {fmt_n(r.case.n)} | {name} | FAILED: {r.error} | | | | | | |")
+            lines.append(table_row([fmt_n(r.case.n), name, f"FAILED: {r.error}"], width=9))
             continue
         if r.count == r.epoch_count:
             timed = f"{r.count:,} (full epoch)"
@@ -302,9 +285,6 @@ def verdicts(results: Sequence[Result]) -> list[str]:
 
     def find(impl: Impl, n: int) -> Result | None:
         return next((r for r in ok if r.case.impl == impl and r.case.n == n), None)
-
-    def mark(passed: bool) -> str:
-        return "PASS" if passed else "MISS"
 
     lines = []
     torch_1e7, ours_1e7 = find("torch", 10**7), find("randperm", 10**7)
@@ -344,28 +324,9 @@ def verdicts(results: Sequence[Result]) -> list[str]:
     return lines
 
 
-def parse_count(text: str) -> int:
-    """Parse ``"1e7"``, ``"10000000"`` or ``"10_000_000"`` as an exact positive int."""
-    try:
-        value = int(text)
-    except ValueError:
-        number = float(text)
-        if not number.is_integer():
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        value = int(number)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
-    return value
-
-
-def parse_counts(text: str) -> list[int]:
-    """Parse a comma-separated list of counts; empty means none."""
-    return [parse_count(part) for part in text.split(",") if part.strip()]
-
-
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """Command-line interface (parent and ``--case`` child modes)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argument_parser(__doc__)
     parser.add_argument(
         "--sizes",
         type=parse_counts,
@@ -420,21 +381,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"# DistributedSampler: one epoch, rank {RANK} of {NUM_REPLICAS}, shuffle=True, "
         f"seed={SEED}, set_epoch({EPOCH}); one thread, one CPU, fresh process per case; "
-        f"best of {args.repeat}; python {sys.version.split()[0]}",
+        f"best of {args.repeat}; python {python_version()}",
         flush=True,
     )
     results = []
     for case in cases:
         result = measure(case, args.repeat)
         status = result.error or f"{result.seconds:.3f} s, {result.peak_mib:.1f} MiB"
-        print(f"  {case.impl:>8} N={fmt_n(case.n):<6} {status}", file=sys.stderr, flush=True)
+        progress(f"  {case.impl:>8} N={fmt_n(case.n):<6} {status}")
         results.append(result)
 
     table, all_ok = render(results)
-    print()
-    print("\n".join(table))
-    print()
-    print("\n".join(verdicts(results)))
+    print_block(table)
+    print_block(verdicts(results))
     if not all_ok:
         print("\nFAILED: a case crashed or a sequence check failed (see table).")
     return 0 if all_ok else 1

@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _harness import argument_parser, mark, print_block, python_version, table_header
 
 from lightning_resumable_data import (
     DistributedShardedDataset,
@@ -203,7 +204,7 @@ def check_orders(directory: Path, samples: int) -> None:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argument_parser(__doc__)
     parser.add_argument("--shards", type=int, default=24, help="shards (default 24)")
     parser.add_argument("--samples-per-shard", type=int, default=64, help="default 64")
     parser.add_argument("--read-delay", type=float, default=0.1, help="seconds per shard load")
@@ -234,17 +235,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"# {shards} shards x {per_shard} samples of {SEQ_LEN} uint16 tokens, "
             f"batch_size={BATCH}, read delay {delay * 1000:.0f} ms per shard, processing "
             f"{step * 1000:.2f} ms per batch ({processing * 1000:.0f} ms per shard); one "
-            f"epoch, best of {args.repeat}; python {sys.version.split()[0]}",
+            f"epoch, best of {args.repeat}; python {python_version()}",
             flush=True,
         )
         samples = shards * per_shard
         seconds = {c: measure(c, directory, delay, args.repeat, step, samples) for c in CONFIGS}
     ideal_sync = shards * (delay + processing)
     ideal_prefetch = delay + shards * max(delay, processing)
-    lines = [
-        "| path | prefetch | seconds | samples/s | ideal seconds |",
-        "|---|---|---|---|---|",
-    ]
+    lines = table_header("path", "prefetch", "seconds", "samples/s", "ideal seconds")
     for config, value in seconds.items():
         ideal = f"{ideal_prefetch:.3f}" if config.shard_prefetch else "—"
         if config.shard_prefetch == 0 and not config.microbatch_prefetch:
@@ -252,16 +250,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         lines.append(
             f"| {config.path} | {config.label} | {value:.3f} | {samples / value:,.0f} | {ideal} |"
         )
-    print()
-    print("\n".join(lines))
-    print()
+    verdicts = []
     for label, with_, without, judged in COMPARISONS:
         ratio = seconds[without] / seconds[with_]
         line = f"{label} ({with_.label} vs {without.label}): {ratio:.2f}x"
         if judged:
-            verdict = "PASS" if ratio >= TARGET else "MISS"
-            line += f" (ideal {ideal_sync / ideal_prefetch:.2f}x, target {TARGET}x) — {verdict}"
-        print(line)
+            line += (
+                f" (ideal {ideal_sync / ideal_prefetch:.2f}x, target {TARGET}x) "
+                f"— {mark(ratio >= TARGET)}"
+            )
+        verdicts.append(line)
+    print_block(lines)
+    print_block(verdicts)
     return 0
 
 
