@@ -156,6 +156,11 @@ class StatefulDataLoader(_TorchdataLoader[Any]):
         max_epochs: int | None = None,
         strict_resume: bool = True,
     ) -> None:
+        if num_workers > 0 and prefetch_factor is not None and prefetch_factor < 1:
+            raise ValueError(
+                f"prefetch_factor={prefetch_factor} must be >= 1 with num_workers={num_workers} "
+                "(batches each worker loads ahead); leave it None for the default 2."
+            )
         with warnings.catch_warnings():  # torchdata calls a deprecated torch API on init
             warnings.filterwarnings("ignore", message=".*set_vital.*is deprecated")
             super().__init__(
@@ -447,6 +452,16 @@ class StatefulDataLoader(_TorchdataLoader[Any]):
         progress = _Progress(epoch=state["epoch"], batches_yielded=state["batches_yielded"])
         if self.resume_mode == "position":
             assert isinstance(sampler, PositionSampler)
+            if (
+                state["sampler"].get("consumed") != state["consumed"]
+                or state["sampler"].get("epoch") != state["epoch"]
+            ):
+                raise StateMismatchError(
+                    f"Cannot load this state into {self.KIND}: its position (epoch "
+                    f"{state['epoch']}, consumed {state['consumed']}) and its sampler's "
+                    f"(epoch {state['sampler'].get('epoch')!r}, consumed "
+                    f"{state['sampler'].get('consumed')!r}) disagree. The state is corrupted."
+                )
             try:
                 sampler.load_state_dict(state["sampler"])  # validates its fingerprint first
             except StateMismatchError as error:
@@ -463,8 +478,6 @@ class StatefulDataLoader(_TorchdataLoader[Any]):
             progress.base_batches = progress.batches_yielded
         elif self.resume_mode == "skip":
             assert isinstance(sampler, SkippableSampler)
-            if "sampler" in state and hasattr(sampler, "load_state_dict"):
-                sampler.load_state_dict(state["sampler"])
             if state["num_replicas"] != self._num_replicas:
                 raise StateMismatchError(
                     f"Cannot load this state into {self.KIND}: it was saved with num_replicas="
@@ -472,6 +485,13 @@ class StatefulDataLoader(_TorchdataLoader[Any]):
                     f"{type(sampler).__name__} cannot change world size mid-epoch. Use "
                     "lightning_resumable_data.DistributedSampler for elastic resume."
                 )
+            if hasattr(sampler, "load_state_dict"):
+                if not isinstance(state.get("sampler"), dict):
+                    raise StateMismatchError(
+                        f"Cannot load this state into {self.KIND}: it has no 'sampler' state "
+                        f"for the stateful {type(sampler).__name__}; it is truncated."
+                    )
+                sampler.load_state_dict(state["sampler"])
             progress.origin = state.get("sampler")
             sampler.set_epoch(state["epoch"])
             unit = state["batch_size"] if self._unit() == "samples" else 1

@@ -102,16 +102,6 @@ def check_state(
             f"{prefix} it was written by kind={saved_kind!r}. Load each state into the same "
             "kind of object that wrote it."
         )
-    for key, expected in required.items():
-        value = state.get(key)
-        wrong_int = expected is int and (isinstance(value, bool) or not isinstance(value, int))
-        if key not in state or wrong_int or not isinstance(value, expected):
-            raise StateMismatchError(
-                f"{prefix} key {key!r} is {'missing' if key not in state else repr(value)}; "
-                f"expected {_type_name(expected)}. The state is truncated or corrupted."
-            )
-        if isinstance(value, int) and value < 0:
-            raise StateMismatchError(f"{prefix} key {key!r}={value} must be >= 0.")
     saved = state.get("fingerprint")
     if not isinstance(saved, Mapping):
         raise StateMismatchError(f"{prefix} it has no 'fingerprint' dict; it is corrupted.")
@@ -127,6 +117,16 @@ def check_state(
             + "). Resuming would replay or skip samples. Rebuild it with the saved values, "
             "or start a fresh run."
         )
+    for key, expected in required.items():
+        value = state.get(key)
+        wrong_int = expected is int and (isinstance(value, bool) or not isinstance(value, int))
+        if key not in state or wrong_int or not isinstance(value, expected):
+            raise StateMismatchError(
+                f"{prefix} key {key!r} is {'missing' if key not in state else repr(value)}; "
+                f"expected {_type_name(expected)}. The state is truncated or corrupted."
+            )
+        if isinstance(value, int) and value < 0:
+            raise StateMismatchError(f"{prefix} key {key!r}={value} must be >= 0.")
 
 
 def _normalise(value: object) -> object:

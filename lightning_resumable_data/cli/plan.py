@@ -420,7 +420,7 @@ def make_plan(config: PlanConfig) -> Plan:
                 f"{config.path}: {error}", hint="see docs/cli.md for the config format."
             ) from None
     assert isinstance(sampler, MixtureSampler)
-    batches = len(sampler) // config.batch_size
+    batches = len(module.train_dataloader())  # per epoch, a short last batch included
     step_samples = config.batch_size * config.world_size
     total = config.max_steps * acc
     epochs = -(-total // batches)
@@ -458,12 +458,12 @@ def make_plan(config: PlanConfig) -> Plan:
                 drawn=dict(zip(names, (int(v) for v in drawn), strict=True)),
             )
         )
-    ragged = len(sampler) - batches * config.batch_size
+    ragged = len(sampler) % config.batch_size
     if ragged:
         notes.append(
-            f"each epoch ends with {ragged} samples per rank short of a full batch; the plan, "
-            "like the data module's phase placement, counts full batches only (make "
-            "samples_per_epoch a multiple of batch_size x world_size to avoid this)."
+            f"each epoch ends with a short batch of {ragged} samples per rank; it counts as a "
+            "step, as in Lightning (make samples_per_epoch a multiple of batch_size x "
+            "world_size to avoid it)."
         )
     dropped = sampler.epoch_length - len(sampler) * config.world_size
     if dropped:

@@ -65,9 +65,22 @@ def check_weights(weights: Sequence[float], names: Sequence[str]) -> NDArray[np.
         >>> check_weights([1, 0], ["web", "code"]).tolist()
         [1.0, 0.0]
     """
+    if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence):
+        raise TypeError(
+            f"weights={weights!r} must be one number per source {list(names)} (or, where "
+            "accepted, a mapping of source names to numbers)."
+        )
+    for name, weight in zip(names, weights, strict=False):
+        if isinstance(weight, bool) or not isinstance(
+            weight, (int, float, np.integer, np.floating)
+        ):
+            raise TypeError(f"the weight of source {name!r} is {weight!r}; weights are numbers.")
     values = np.asarray(weights, dtype=np.float64)
     if values.shape != (len(names),):
-        raise ValueError(f"got {len(values)} weights for {len(names)} sources {list(names)}.")
+        raise ValueError(
+            f"got {len(values)} weights for {len(names)} sources {list(names)}; give one "
+            "weight per source, in the sources' order, or a mapping {name: weight}."
+        )
     shown = dict(zip(names, (float(w) for w in values), strict=True))
     if not np.isfinite(values).all():
         raise ValueError(f"weights {shown} must be finite numbers (no NaN or inf).")

@@ -60,6 +60,12 @@ class ResumableDataCallback(pl.Callback):
         allow_config_change: bool = False,
     ) -> None:
         self.phases = tuple(phases)
+        for phase in self.phases:
+            if not isinstance(phase, MixturePhase):
+                raise TypeError(
+                    f"phases must be MixturePhase values, got {phase!r}; write "
+                    "MixturePhase(start_step=..., weights={...})."
+                )
         check_phases(self.phases)
         self.log_every_n_steps = log_every_n_steps
         self.allow_config_change = allow_config_change
@@ -152,6 +158,11 @@ class ResumableDataCallback(pl.Callback):
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if not isinstance(state_dict, dict):
+            raise TypeError(
+                f"ResumableDataCallback.load_state_dict expected the dict its state_dict() "
+                f"wrote, got {type(state_dict).__name__}."
+            )
         saved = state_dict.get("phases")
         now = [_phase_dict(p) for p in self.phases]
         if saved != now and not self.allow_config_change:

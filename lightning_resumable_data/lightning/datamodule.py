@@ -103,6 +103,11 @@ class ResumableDataModule(pl.LightningDataModule):
         if check_non_negative_int("batch_size", batch_size) == 0:
             raise ValueError("batch_size=0 must be >= 1.")
         self.batch_size = batch_size
+        if (
+            eval_batch_size is not None
+            and check_non_negative_int("eval_batch_size", eval_batch_size) == 0
+        ):
+            raise ValueError("eval_batch_size=0 must be >= 1 (or None for batch_size).")
         self.eval_batch_size = batch_size if eval_batch_size is None else eval_batch_size
         self.num_workers = check_non_negative_int("num_workers", num_workers)
         self.seed = check_non_negative_int("seed", seed)
@@ -121,6 +126,7 @@ class ResumableDataModule(pl.LightningDataModule):
         self.phases: tuple[MixturePhase, ...] = ()  # set by ResumableDataCallback.setup
         self.train_loader: StatefulDataLoader | None = None
         self._loader_state: dict[str, Any] | None = None  # restored, applied at build
+        self._saved_global_step = 0  # the optimizer step the restored position belongs to
 
     # -- where this process stands ----------------------------------------------------------
 
@@ -247,7 +253,7 @@ class ResumableDataModule(pl.LightningDataModule):
     ) -> tuple[int, int, int] | None:
         """(batches trained, epoch, consumed) of a resume under a changed layout, else None."""
         state = self._loader_state
-        if state is None or self.trainer is None:
+        if state is None:
             return None
         same_layout = (state.get("batch_size"), state.get("num_replicas")) == (
             self.batch_size,
@@ -256,7 +262,7 @@ class ResumableDataModule(pl.LightningDataModule):
         if same_layout:
             return None  # the phases land where they did: the schedules must agree exactly
         return (
-            int(self.trainer.global_step) * accumulate,
+            self._saved_global_step * accumulate,
             int(state["epoch"]),
             int(state["consumed"]),
         )
@@ -315,6 +321,7 @@ class ResumableDataModule(pl.LightningDataModule):
         state: dict[str, Any] = {"version": _STATE_VERSION, "config": self.config()}
         if self.train_loader is not None:
             state["train_loader"] = self.train_loader.state_dict()
+            state["global_step"] = int(getattr(self.trainer, "global_step", 0))
         return state
 
     @override
@@ -349,6 +356,7 @@ class ResumableDataModule(pl.LightningDataModule):
             )
         loader_state = state_dict.get("train_loader")
         self._loader_state = dict(loader_state) if isinstance(loader_state, Mapping) else None
+        self._saved_global_step = int(state_dict.get("global_step", 0))
         shape = [
             (k, saved.get(k), now[k])
             for k in ("num_replicas", "batch_size")

@@ -51,7 +51,10 @@ def dataset_length(dataset: object, owner: str) -> int:
         )
     length = len(dataset)
     if length == 0:
-        raise ValueError(f"{owner} got an empty dataset (len 0); there is nothing to sample.")
+        raise ValueError(
+            f"{owner} got an empty dataset (len 0); there is nothing to sample. Pass a "
+            "dataset with at least one sample (check the path or filter that built it)."
+        )
     return length
 
 
@@ -170,6 +173,8 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
         another epoch starts that epoch from its beginning.
         """
         epoch = check_non_negative_int("epoch", epoch)
+        if self.seed + epoch >= 2**63:
+            raise ValueError(f"epoch={epoch} with seed={self.seed} must keep seed + epoch < 2**63.")
         if epoch == self.epoch:
             return
         if self._resume_at:
@@ -275,6 +280,12 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
             self.fingerprint,
             {"epoch": int, "consumed": int, "num_replicas": int},
         )
+        if self.seed + state_dict["epoch"] >= 2**63:
+            raise StateMismatchError(
+                f"Cannot load this state into {self.KIND}: epoch={state_dict['epoch']} with "
+                f"seed={self.seed} exceeds 2**63 - 1 (torch's seed range). The state is "
+                "corrupted."
+            )
         limit = self.epoch_length + state_dict["num_replicas"]
         if state_dict["consumed"] >= limit:
             raise StateMismatchError(

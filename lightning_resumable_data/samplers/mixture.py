@@ -22,7 +22,7 @@ from lightning_resumable_data.index.mixture import (
     target_counts,
 )
 from lightning_resumable_data.samplers.distributed import DistributedSampler, check_non_negative_int
-from lightning_resumable_data.state import StateMismatchError
+from lightning_resumable_data.state import StateMismatchError, check_state
 
 __all__ = ["MixturePhase", "MixtureSampler", "check_phases"]
 
@@ -184,9 +184,14 @@ class MixtureSampler(DistributedSampler):
                     f"other; unknown: {unknown}, missing: {missing}. Give 0 to leave a source "
                     "out."
                 )
-            values = [float(weights[n]) for n in names]
+            values = [weights[n] for n in names]
+        elif isinstance(weights, Sequence) and not isinstance(weights, (str, bytes)):
+            values = list(weights)
         else:
-            values = [float(w) for w in weights]
+            raise TypeError(
+                f"weights={weights!r} must be a mapping naming every source {list(names)} "
+                "(e.g. {'web': 0.7, 'code': 0.3}) or one number per source, in order."
+            )
         array = check_weights(values, names)
         empty = [
             n for n, w, s in zip(names, array, self.mixture.sizes, strict=True) if w > 0 and s == 0
@@ -421,10 +426,18 @@ class MixtureSampler(DistributedSampler):
             StateMismatchError: Another version, kind, malformed state, other sources or
                 sizes, seed, epoch budget or initial weights.
         """
-        schedule = state_dict.get("schedule") if isinstance(state_dict, Mapping) else None
-        checked = self._check_schedule(schedule)
+        # Everything is checked before anything changes: version and kind first, then the
+        # schedule, then the position (by the base class, which validates before it sets).
+        check_state(
+            state_dict,
+            self.KIND,
+            self.fingerprint,
+            {"epoch": int, "consumed": int, "num_replicas": int},
+        )
+        checked = self._check_schedule(state_dict.get("schedule"))
+        schedule = self._reconcile(checked, state_dict["epoch"], state_dict["consumed"])
         super().load_state_dict(state_dict)
-        self._schedule = self._reconcile(checked, state_dict["epoch"], state_dict["consumed"])
+        self._schedule = schedule
         self._plans.clear()
 
     def _reconcile(
@@ -479,17 +492,24 @@ class MixtureSampler(DistributedSampler):
             raise StateMismatchError(
                 f"{prefix} its 'schedule' is missing or empty; the state is truncated or corrupted."
             )
-        checked = []
+        checked: list[dict[str, Any]] = []
         try:
             for entry in schedule:
-                fresh = self._entry(
-                    int(entry["epoch"]),
-                    int(entry["position"]),
-                    entry["weights"],
-                    float(entry["temperature"]),
-                )
+                epoch = check_non_negative_int("epoch", entry["epoch"])
+                position = check_non_negative_int("position", entry["position"])
+                fresh = self._entry(epoch, position, entry["weights"], entry["temperature"])
                 plan_end = entry.get("plan_end")
-                fresh["plan_end"] = None if plan_end is None else int(plan_end)
+                if plan_end is not None:
+                    check_non_negative_int("plan_end", plan_end)
+                    if not position < plan_end <= self.epoch_length:
+                        raise ValueError(
+                            f"plan_end={plan_end} must be in ({position}, {self.epoch_length}]"
+                        )
+                fresh["plan_end"] = plan_end
+                if checked and (epoch, position) <= (checked[-1]["epoch"], checked[-1]["position"]):
+                    raise ValueError(
+                        f"change at (epoch {epoch}, position {position}) is out of order"
+                    )
                 checked.append(fresh)
         except (KeyError, TypeError, ValueError) as error:
             raise StateMismatchError(f"{prefix} its schedule entry is invalid ({error}).") from None
