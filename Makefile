@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint typecheck unit docs bench clean
+.PHONY: setup demo test lint typecheck unit docs bench clean soak
 
 setup: $(STAMP)
 
@@ -37,6 +37,9 @@ test: lint typecheck unit docs
 
 bench: setup
 	$(PY) benchmarks/bench_sampler.py
+
+soak: setup
+	LRD_SOAK=1 $(PY) -m pytest tests/faults -q
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -284,7 +284,9 @@ class StatefulDataLoader(_TorchdataLoader[Any]):
             self._progress.end_epoch()  # abandoned mid-epoch: the next pass is the next epoch
         progress, sampler = self._progress, self.position_sampler
         progress.iterating = True
-        if hasattr(sampler, "set_epoch"):
+        if hasattr(sampler, "lock_epoch"):
+            sampler.lock_epoch(progress.epoch)  # a trainer's set_epoch cannot move it now
+        elif hasattr(sampler, "set_epoch"):
             sampler.set_epoch(progress.epoch)
         if self.resume_mode == "position":
             assert isinstance(sampler, PositionSampler)
@@ -382,14 +384,18 @@ class StatefulDataLoader(_TorchdataLoader[Any]):
         sampler = self.position_sampler
         if self.resume_mode == "position":
             assert isinstance(sampler, PositionSampler)
-            # A short last batch counts less than a full one; the sampler has drawn at least
-            # what left the loader, so its own count caps ours.
             counted = (
                 progress.base_consumed + (batches - progress.base_batches) * self._step_samples
             )
             if progress.resume_at is not None:  # restored, not iterated yet
                 counted = progress.resume_at
-            consumed = min(counted, sampler.consumed) if progress is self._progress else counted
+            # A short last batch counts less than a full one: cap at the epoch's end, known
+            # from where this reading began (not from the sampler's live state, which a
+            # trainer's own set_epoch may have moved).
+            end = progress.base_consumed + sampler.samples_left(progress.base_consumed) * (
+                self._num_replicas
+            )
+            consumed = min(counted, end)
             if self._batches_left(sampler, consumed) == 0:  # the epoch is over: say so
                 position.update(epoch=progress.epoch + 1, batches_yielded=0)
                 consumed = 0
@@ -557,6 +563,13 @@ class _CountingIterator(Iterator[Any]):
             self.finished = True
             self._progress.end_epoch()
             raise
+        except (ConnectionResetError, EOFError, BrokenPipeError) as error:
+            # torch reports a worker that died while handing over a batch this way.
+            raise RuntimeError(
+                f"a DataLoader worker died while sending a batch ({type(error).__name__}: "
+                f"{error}); the loader position is still the last batch trained, so resuming "
+                "from the last checkpoint is exact."
+            ) from error
         self._progress.batches_yielded += 1
         return batch
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 from collections.abc import Iterator, Sequence
 from typing import Final
 
@@ -74,7 +75,10 @@ def check_weights(weights: Sequence[float], names: Sequence[str]) -> NDArray[np.
         if isinstance(weight, bool) or not isinstance(
             weight, (int, float, np.integer, np.floating)
         ):
-            raise TypeError(f"the weight of source {name!r} is {weight!r}; weights are numbers.")
+            raise TypeError(
+                f"the weight of source {name!r} is {weight!r}; give a number (e.g. 0.5) for "
+                "each source."
+            )
     values = np.asarray(weights, dtype=np.float64)
     if values.shape != (len(names),):
         raise ValueError(
@@ -102,13 +106,15 @@ def mixture_probabilities(weights: Sequence[float], temperature: float) -> NDArr
         >>> mixture_probabilities([1.0, 4.0], temperature=2.0).tolist()
         [0.3333333333333333, 0.6666666666666666]
     """
-    if not (isinstance(temperature, (int, float)) and math.isfinite(temperature)):
+    if isinstance(temperature, bool) or not (
+        isinstance(temperature, numbers.Real) and math.isfinite(temperature)
+    ):
         raise ValueError(f"temperature={temperature!r} must be a finite number > 0.")
     if temperature <= 0:
         raise ValueError(f"temperature={temperature} must be > 0 (1.0 keeps the weights).")
     w = np.asarray(weights, dtype=np.float64)
     with np.errstate(divide="ignore"):
-        logits = np.log(w) / temperature
+        logits = np.log(w) / float(temperature)
     logits -= logits.max()
     p = np.exp(logits)
     normalised: NDArray[np.float64] = p / p.sum()

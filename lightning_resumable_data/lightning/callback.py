@@ -153,6 +153,24 @@ class ResumableDataCallback(pl.Callback):
         pl_module.log_dict(metrics, rank_zero_only=True)
 
     @override
+    def on_load_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        """Refuse a checkpoint that holds no data position: it would restart the epoch."""
+        datamodule = getattr(trainer, "datamodule", None)
+        if not isinstance(datamodule, ResumableDataModule) or self.allow_config_change:
+            return
+        state = checkpoint.get(type(datamodule).__qualname__)
+        if not isinstance(state, dict) or "train_loader" not in state:
+            raise StateMismatchError(
+                "Cannot resume: the checkpoint holds no data position (no "
+                f"{type(datamodule).__qualname__} state with a train_loader). Resuming would "
+                "start the epoch again and replay what was trained. Resume from a checkpoint "
+                "written with ResumableDataModule, or pass "
+                "ResumableDataCallback(allow_config_change=True) to start the data afresh."
+            )
+
+    @override
     def state_dict(self) -> dict[str, Any]:
         return {"version": _STATE_VERSION, "phases": [_phase_dict(p) for p in self.phases]}
 

@@ -134,6 +134,8 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
         self._resume_at = 0  # global position the next __iter__ starts from (one-shot)
         self._started_at = 0  # global position where the live iteration started
         self._stream: ChunkStream | None = None
+        self._pending: tuple[int, int] | None = None  # (epoch, start) of an unread iterator
+        self._epoch_locked = False  # set by lock_epoch: the loader owns the epoch
 
     @property
     def fingerprint(self) -> dict[str, Any]:
@@ -155,14 +157,14 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
         :class:`lightning_resumable_data.StatefulDataLoader`.
         """
         if self._stream is None:
-            return self._resume_at
+            return self._pending[1] if self._pending is not None else self._resume_at
         return self._started_at + self._stream.yielded * self.num_replicas
 
     @property
     def frontier(self) -> int:
         """Global position up to which this epoch's order has been computed (all ranks)."""
         if self._stream is None:
-            return self._resume_at
+            return self._pending[1] if self._pending is not None else self._resume_at
         return self._started_at + self._stream.produced * self.num_replicas
 
     def set_epoch(self, epoch: int) -> None:
@@ -173,6 +175,8 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
         another epoch starts that epoch from its beginning.
         """
         epoch = check_non_negative_int("epoch", epoch)
+        if self._epoch_locked and epoch != self.epoch:
+            return  # a StatefulDataLoader owns the epoch (see lock_epoch)
         if self.seed + epoch >= 2**63:
             raise ValueError(f"epoch={epoch} with seed={self.seed} must keep seed + epoch < 2**63.")
         if epoch == self.epoch:
@@ -187,7 +191,19 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
             )
         self.epoch = epoch
         self._resume_at = self._started_at = 0
-        self._stream = None
+        self._stream = self._pending = None
+
+    def lock_epoch(self, epoch: int) -> None:
+        """Set the epoch and ignore ``set_epoch`` calls for other epochs from now on.
+
+        :class:`~lightning_resumable_data.StatefulDataLoader` calls this at every
+        ``__iter__``: the epoch is the loader's (saved with its state), and a trainer's own
+        ``set_epoch`` — Lightning's epoch counter can lag the data's by one after a resume at
+        an epoch's end — must not move the order under it.
+        """
+        self._epoch_locked = False
+        self.set_epoch(epoch)
+        self._epoch_locked = True
 
     def set_skip(self, samples: int) -> None:
         """Skip ``samples`` more of this rank's share in the next ``__iter__`` only.
@@ -197,24 +213,33 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
         from the epoch's beginning or from a position restored by :meth:`load_state_dict`.
         """
         self._resume_at += check_non_negative_int("samples", samples) * self.num_replicas
-        self._stream = None
+        self._stream = self._pending = None
 
     def __iter__(self) -> Iterator[int]:
-        # The position is taken when iteration really starts (the first ``next``), not
-        # here: torch's multi-worker DataLoader calls ``iter(sampler)`` twice and discards
-        # the first iterator, which must not use up a one-shot resume position.
+        # The epoch and start are fixed here, so a later ``set_epoch`` cannot change an
+        # iterator already handed out (Lightning may call it after the loader's ``iter``).
+        # torch's multi-worker DataLoader calls ``iter(sampler)`` twice and discards the
+        # first iterator: a start no iterator has begun reading is handed out again.
+        if self._pending is not None and self._pending[0] == self.epoch:
+            epoch, start = self._pending
+        else:
+            epoch, start = self.epoch, self._resume_at
+        self._resume_at = 0
+        self._pending = (epoch, start)
         self._stream = None
-        stream = ChunkStream(self._chunks(lambda: stream))
+        stream = ChunkStream(self._chunks(epoch, start, lambda: stream))
         return iter(stream)
 
-    def _chunks(self, stream: Callable[[], ChunkStream]) -> Iterator[list[Any]]:
-        """Yield this rank's indices, a list per chunk; the position is read at the first."""
-        start, self._resume_at = self._resume_at, 0
+    def _chunks(
+        self, epoch: int, start: int, stream: Callable[[], ChunkStream]
+    ) -> Iterator[list[Any]]:
+        """Yield this rank's indices of ``epoch`` from ``start``, a list per chunk."""
+        self._pending = None
         span = rank_span(
             self.epoch_length, self.num_replicas, self.rank, self.drop_last, consumed=start
         )
-        order = self._order()
-        n, seed, epoch, keyed = self.epoch_length, self.seed, self.epoch, self.sample_keys
+        order = self._order(epoch)
+        n, seed, keyed = self.epoch_length, self.seed, self.sample_keys
         size = self._chunk_size()
         self._started_at = start
         self._stream = stream()
@@ -235,14 +260,14 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
         """Samples this rank reads in a full epoch (torch's ``num_samples``)."""
         return self.num_samples
 
-    def _order(self) -> _Order:
-        """The epoch's global order as a lookup from positions to dataset indices."""
+    def _order(self, epoch: int) -> _Order:
+        """The global order of ``epoch`` as a lookup from positions to dataset indices."""
         if not self.shuffle:
             return lambda positions: positions
         if self.algorithm == "randperm":
-            permutation = randperm(self.dataset_length, self.seed + self.epoch)
+            permutation = randperm(self.dataset_length, self.seed + epoch)
             return lambda positions: permutation[positions]
-        keys = feistel_keys(self.seed, self.epoch)
+        keys = feistel_keys(self.seed, epoch)
         n = self.dataset_length
         return lambda positions: feistel_permute(positions, n, keys)
 
@@ -297,4 +322,4 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
         self.epoch = state_dict["epoch"]
         self._resume_at = state_dict["consumed"]
         self._started_at = 0
-        self._stream = None
+        self._stream = self._pending = None

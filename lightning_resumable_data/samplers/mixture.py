@@ -287,7 +287,9 @@ class MixtureSampler(DistributedSampler):
 
     def _started(self, epoch: int) -> bool:
         """Whether part of ``epoch``'s order may already have been computed."""
-        return epoch == self.epoch and (self._stream is not None or self._resume_at > 0)
+        return epoch == self.epoch and (
+            self._stream is not None or self._resume_at > 0 or self._pending is not None
+        )
 
     def _freeze_segment_at(self, epoch: int, position: int) -> None:
         """Pin the plan of the segment a change interrupts, so its prefix stays as planned."""
@@ -330,8 +332,7 @@ class MixtureSampler(DistributedSampler):
     def _chunk_size(self) -> int:
         return max(1, _GLOBAL_CHUNK // self.num_replicas)
 
-    def _order(self) -> Any:
-        epoch = self.epoch
+    def _order(self, epoch: int) -> Any:
         sizes = np.asarray(self.mixture.sizes, dtype=np.int64)
         offsets = np.asarray(list(self.mixture.offsets.values()), dtype=np.int64)
 

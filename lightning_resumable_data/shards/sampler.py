@@ -121,11 +121,11 @@ class ShardedSampler(DistributedSampler):
             "drop_last": self.drop_last,
         }
 
-    def _order(self) -> PositionLookup:
+    def _order(self, epoch: int) -> PositionLookup:
         return sharded_order(
             self.shard_sizes,
             self.seed,
-            self.epoch,
+            epoch,
             shuffle_shards=self.shuffle_shards,
             shuffle_samples=self.shuffle_samples,
         )
