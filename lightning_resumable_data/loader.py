@@ -203,7 +203,7 @@ class StatefulDataLoader(_TorchdataLoader[Any]):
         self._user_generator = generator is not None
         self.strict_resume = strict_resume
         self._progress = _Progress()
-        self._trained: tuple[int, int] | None = None
+        self._trained: int | None = None  # batches of the epoch the model trained on
         self._live: weakref.ref[_CountingIterator] | None = None
         self._warned_replay = False
         self._check_batches_fit()
@@ -347,30 +347,30 @@ class StatefulDataLoader(_TorchdataLoader[Any]):
         length = len(self.dataset) if isinstance(self.dataset, Sized) else None
         return {"mode": self.resume_mode, "dataset_length": length}
 
-    def note_trained(self, epoch: int, batches: int) -> None:
-        """Tell the loader how many batches of ``epoch`` the model has trained on.
+    def note_trained(self, batches: int) -> None:
+        """Tell the loader how many batches of the current epoch the model has trained on.
 
         A trainer that fetches batches ahead of training (Lightning does for loaders without
-        a length) calls this from its step events; :meth:`state_dict` then describes the
-        position after the trained batches, not after the fetched ones.
+        a length) calls this from its step events, with its batch index in the epoch;
+        :meth:`state_dict` then describes the position after the trained batches, not after
+        the fetched ones. The epoch is the loader's own: a trainer's epoch counter can lag
+        it (Lightning's does after a resume from an epoch's last batch).
         """
-        self._trained = (
-            check_non_negative_int("epoch", epoch),
-            check_non_negative_int("batches", batches),
-        )
+        self._trained = check_non_negative_int("batches", batches)
 
     def _trained_view(self) -> tuple[_Progress, int]:
         """The progress and batch count the state describes: trained, else yielded."""
-        progress = self._progress
-        if self._trained is None:
+        progress, trained = self._progress, self._trained
+        if trained is None:
             return progress, progress.batches_yielded
-        epoch, trained = self._trained
         previous = progress.previous
-        if epoch == progress.epoch:
-            return progress, min(trained, progress.batches_yielded)
-        if previous is not None and epoch == previous.epoch and trained < previous.batches_yielded:
-            return previous, trained  # the loader ended the epoch ahead of the model
-        return progress, progress.batches_yielded
+        if progress.batches_yielded == 0 and previous is not None and trained > 0:
+            # The loader has ended the epoch the model is still training (it was fetched
+            # ahead to the end), or a new epoch has not read its first batch yet.
+            if trained < previous.batches_yielded:
+                return previous, trained
+            return progress, 0
+        return progress, min(trained, progress.batches_yielded)
 
     def state_dict(self) -> dict[str, Any]:
         """The position after the last batch trained (or yielded), identical on every rank."""

@@ -118,7 +118,7 @@ class ResumableDataCallback(pl.Callback):
         if loader is not None:
             if self._check_epoch:
                 self._compare_epochs(trainer, loader)
-            loader.note_trained(trainer.current_epoch, batch_idx)
+            loader.note_trained(batch_idx)
 
     @override
     def on_train_batch_end(
@@ -132,7 +132,7 @@ class ResumableDataCallback(pl.Callback):
         loader = self.train_loader(trainer)
         if loader is None:
             return
-        loader.note_trained(trainer.current_epoch, batch_idx + 1)
+        loader.note_trained(batch_idx + 1)
         period = self.log_every_n_steps
         if period is None:  # the trainer's setting (set by its logger connector)
             period = int(getattr(trainer, "log_every_n_steps", 50))

@@ -161,13 +161,31 @@ class EpochFaults(pl.Callback):
     def __init__(self, fault: Fault) -> None:
         self.fault = fault
 
+    # Data epochs are counted in steps: after a resume from a checkpoint written on an
+    # epoch's last batch, Lightning's own epoch counter lags the data's by one (the loader
+    # owns the data epoch, so the order is right), and ``current_epoch`` would fire late.
+
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self.fault.is_("epoch_start") and trainer.current_epoch == self.fault.at:
+        steps = int(trainer.num_training_batches)
+        if self.fault.is_("epoch_start") and trainer.global_step == self.fault.at * steps:
             kill_group()
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self.fault.is_("epoch_end") and trainer.current_epoch == self.fault.at:
+        steps = int(trainer.num_training_batches)
+        if self.fault.is_("epoch_end") and trainer.global_step == (self.fault.at + 1) * steps:
             kill_group()
+
+
+class DieOnSigterm(pl.Callback):
+    """Let SIGTERM kill a rank even while it waits in a collective, as a scheduler would.
+
+    When one rank fails (a worker that raises), the launcher terminates the others with
+    SIGTERM; Lightning's Python-level handler cannot run while a rank blocks in a gloo
+    all-reduce waiting for the dead one, so without this the job would hang.
+    """
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 class TruncatingCheckpointIO(TorchCheckpointIO):
@@ -267,6 +285,7 @@ def main(argv: Sequence[str]) -> None:
         ),
         ResumableDataCallback(phases=phases, log_every_n_steps=0),
         EpochFaults(fault),
+        DieOnSigterm(),
     ]
     datamodule = FaultDataModule(
         fault,
