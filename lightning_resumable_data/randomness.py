@@ -31,6 +31,8 @@ from typing import Final
 import numpy as np
 from numpy.typing import NDArray
 
+from lightning_resumable_data.index.keys import key_rng, key_sequence
+
 __all__ = ["SampleKey", "make_sample_keys", "sample_rng", "worker_seed"]
 
 _SAMPLE_STREAM: Final = 0x53414D50  # "SAMP"
@@ -40,11 +42,17 @@ _WORKER_STREAM: Final = 0x574F524B  # "WORK"
 def sample_rng(seed: int, epoch: int, position: int) -> np.random.Generator:
     """The random generator of the sample at ``position`` of ``epoch``'s global order.
 
+    Keyed fixed-width (:mod:`~lightning_resumable_data.index.keys`): distinct
+    ``(seed, epoch, position)`` give distinct streams, whatever their magnitudes.
+
     Example:
         >>> float(sample_rng(0, 0, 5).random()) == float(sample_rng(0, 0, 5).random())
         True
+        >>> a, b = sample_rng(2**32, 5, 0), sample_rng(0, 1 + 5 * 2**32, 0)
+        >>> float(a.random()) == float(b.random())
+        False
     """
-    return np.random.default_rng(np.random.SeedSequence([seed, epoch, position, _SAMPLE_STREAM]))
+    return key_rng(_SAMPLE_STREAM, seed, epoch, position)
 
 
 def worker_seed(seed: int, epoch: int, rank: int) -> int:
@@ -58,7 +66,7 @@ def worker_seed(seed: int, epoch: int, rank: int) -> int:
         >>> worker_seed(0, 1, 0) == worker_seed(0, 1, 0) != worker_seed(0, 1, 1)
         True
     """
-    state = np.random.SeedSequence([seed, epoch, rank, _WORKER_STREAM]).generate_state(1, np.uint64)
+    state = key_sequence(_WORKER_STREAM, seed, epoch, rank).generate_state(1, np.uint64)
     return int(state[0] >> np.uint64(1))
 
 

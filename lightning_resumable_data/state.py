@@ -3,7 +3,7 @@
 A state dict is plain JSON-serialisable data::
 
     {
-        "version": 1,                 # STATE_VERSION, checked on load
+        "version": 2,                 # STATE_VERSION, checked on load
         "kind": "DistributedSampler", # which class wrote it
         "fingerprint": {...},         # everything the order depends on (seed, sizes, ...)
         ...                           # the position: epoch, consumed, nested states
@@ -37,7 +37,18 @@ __all__ = [
     "make_state",
 ]
 
-STATE_VERSION: Final = 1
+STATE_VERSION: Final = 2
+# What each older version's orders lack, for the error that refuses to load it.
+_RETIRED: Final[Mapping[int, str]] = {
+    1: (
+        "version 1 was written by lightning-resumable-data 0.1; in 0.2 the 'feistel' order, "
+        "the mixture order, the shard orders and the sample keys (SampleKey.rng, "
+        "worker_seed) changed (a statistically sound shuffle at every n and fixed-width "
+        "keys), while the 'randperm' order is unchanged. Resuming it here would continue a "
+        "different order. Finish that run with the release that wrote it "
+        "(pip install 'lightning-resumable-data<0.2'), or start a fresh run"
+    ),
+}
 
 Fingerprint = Mapping[str, Any]
 
@@ -55,7 +66,7 @@ def make_state(kind: str, fingerprint: Fingerprint, **position: Any) -> dict[str
 
     Example:
         >>> make_state("Demo", {"seed": 0}, epoch=2)
-        {'version': 1, 'kind': 'Demo', 'fingerprint': {'seed': 0}, 'epoch': 2}
+        {'version': 2, 'kind': 'Demo', 'fingerprint': {'seed': 0}, 'epoch': 2}
     """
     return {"version": STATE_VERSION, "kind": kind, "fingerprint": dict(fingerprint), **position}
 
@@ -91,6 +102,11 @@ def check_state(
             f"{prefix} expected a dict from {kind}.state_dict(), got {type(state).__name__}."
         )
     version = state.get("version")
+    if isinstance(version, int) and not isinstance(version, bool) and version in _RETIRED:
+        raise StateMismatchError(
+            f"{prefix} it has version={version}, this library reads version={STATE_VERSION}: "
+            f"{_RETIRED[version]}."
+        )
     if version != STATE_VERSION:
         raise StateMismatchError(
             f"{prefix} it has version={version!r}, this library reads version={STATE_VERSION}. "

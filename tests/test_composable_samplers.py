@@ -26,6 +26,7 @@ from lightning_resumable_data import (
     SkipSampler,
     StateMismatchError,
 )
+from lightning_resumable_data.index.keys import key_rng
 from lightning_resumable_data.samplers.composable import SHUFFLE_STREAM
 
 AnySampler = Any  # the samplers are generic over their items; tests mix them freely
@@ -42,9 +43,9 @@ def roundtrip(state: dict[str, Any]) -> dict[str, Any]:
 
 
 def shuffled(n: int, seed: int, epoch: int) -> list[int]:
-    """The documented shuffle: ``SeedSequence([seed, epoch, SHUFFLE_STREAM])``."""
+    """The documented shuffle: ``key_rng(SHUFFLE_STREAM, seed, epoch)`` (fixed-width keys)."""
     indices = np.arange(n)
-    np.random.default_rng(np.random.SeedSequence([seed, epoch, SHUFFLE_STREAM])).shuffle(indices)
+    key_rng(SHUFFLE_STREAM, seed, epoch).shuffle(indices)
     return [int(i) for i in indices]
 
 

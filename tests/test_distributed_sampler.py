@@ -242,7 +242,12 @@ def _state(**changes: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("changes", "match"),
     [
-        ({"version": 99}, "version=99, this library reads version=1"),
+        ({"version": 99}, "version=99, this library reads version=2"),
+        (
+            {"version": 1},
+            "version=1, this library reads version=2: .*'feistel' order.*"
+            "'randperm' order is unchanged.*Finish that run with the release that wrote it",
+        ),
         ({"kind": "MixtureSampler"}, "written by kind='MixtureSampler'"),
         ({"epoch": None}, "key 'epoch' is missing"),
         ({"consumed": "2"}, "key 'consumed' is '2'; expected int"),

@@ -11,7 +11,12 @@ import torch.utils.data
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lightning_resumable_data import ResumableSequentialSampler, ResumeWarning, StateMismatchError
+from lightning_resumable_data import (
+    STATE_VERSION,
+    ResumableSequentialSampler,
+    ResumeWarning,
+    StateMismatchError,
+)
 
 
 def take(sampler: ResumableSequentialSampler, count: int) -> tuple[list[int], Any]:
@@ -53,7 +58,7 @@ def test_index_counts_what_the_live_iterator_yielded() -> None:
     assert sampler.index == 3
     assert [next(iterator) for _ in range(4)] == [3, 4, 5, 6]
     assert sampler.state_dict() == {
-        "version": 1,
+        "version": STATE_VERSION,
         "kind": "ResumableSequentialSampler",
         "fingerprint": {"dataset_length": 10},
         "epoch": 0,
@@ -189,7 +194,10 @@ def _state(**changes: Any) -> dict[str, Any]:
         (_state(index="3"), r"key 'index' is '3'; expected int"),
         (_state(kind="DistributedSampler"), r"written by kind='DistributedSampler'"),
         (_state(version=99), r"version=99"),
-        ({"version": 1, "kind": "ResumableSequentialSampler"}, r"no 'fingerprint' dict"),
+        (
+            {"version": STATE_VERSION, "kind": "ResumableSequentialSampler"},
+            r"no 'fingerprint' dict",
+        ),
     ],
 )
 def test_a_refused_state_leaves_the_sampler_untouched(state: dict[str, Any], match: str) -> None:

@@ -12,6 +12,7 @@ import torch
 from test_sharded_dataset import SIZES, recording_readers, write_docs
 
 from lightning_resumable_data import (
+    STATE_VERSION,
     DistributedShardedDataset,
     ShardedDataLoader,
     StateMismatchError,
@@ -92,7 +93,7 @@ def test_position_counts_batches_that_left_not_prefetched(
     seen, state = take(loader, 3)  # the background thread has read further
     assert seen == expected[:3]
     assert state == {
-        "version": 1,
+        "version": STATE_VERSION,
         "kind": "ShardedDataLoader",
         "fingerprint": loader.fingerprint,
         "epoch": 0,

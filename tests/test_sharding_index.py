@@ -5,6 +5,7 @@ from hypothesis import strategies as st
 
 from lightning_resumable_data.index.sharding import (
     check_shard_sizes,
+    in_shard_keys,
     locate_indices,
     shard_order,
     shard_starts,
@@ -61,8 +62,20 @@ def test_order_is_reproducible_and_changes_with_epoch_and_seed() -> None:
     np.testing.assert_array_equal(base, full_order(sizes, 7, 1))
     assert not np.array_equal(base, full_order(sizes, 7, 2))
     assert not np.array_equal(base, full_order(sizes, 8, 1))
-    # SeedSequence streams, not seed + epoch: (seed=8, epoch=0) is not (seed=7, epoch=1).
+    # Keyed streams, not seed + epoch: (seed=8, epoch=0) is not (seed=7, epoch=1).
     assert not np.array_equal(full_order(sizes, 8, 0), base)
+
+
+def test_keys_are_fixed_width_so_wide_seeds_and_epochs_never_collide() -> None:
+    # SeedSequence([2**32, 5, tag]) == SeedSequence([0, 1 + 5 * 2**32, tag]): variable-width
+    # packing made these two (seed, epoch) pairs share every stream.
+    wide, narrow = (2**32, 5), (0, 1 + 5 * 2**32)
+    assert shard_order(50, *wide).tolist() != shard_order(50, *narrow).tolist()
+    assert not np.array_equal(in_shard_keys(*wide, 3), in_shard_keys(*narrow, 3))
+    # ... and (epoch, shard) pairs: (epoch=2**32, shard=5) vs (epoch=0, shard=1 + 5 * 2**32).
+    assert not np.array_equal(in_shard_keys(0, 2**32, 5), in_shard_keys(0, 0, 1 + 5 * 2**32))
+    sizes = [300, 200]
+    assert not np.array_equal(full_order(sizes, *wide), full_order(sizes, *narrow))
 
 
 def test_shard_order_and_in_shard_order_both_change_per_epoch() -> None:

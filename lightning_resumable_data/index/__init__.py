@@ -1,10 +1,12 @@
 """Layer 1: pure index math on integers and NumPy arrays.
 
 Nothing here holds state or touches a dataset: permutations of an epoch
-(:mod:`~lightning_resumable_data.index.permutation`) and the stride partition of the
+(:mod:`~lightning_resumable_data.index.permutation`), fixed-width key derivation
+(:mod:`~lightning_resumable_data.index.keys`) and the stride partition of the
 global order over data-parallel ranks (:mod:`~lightning_resumable_data.index.partition`).
 """
 
+from lightning_resumable_data.index.keys import KEY_LIMIT, key_rng, key_sequence, key_words
 from lightning_resumable_data.index.partition import (
     RankSpan,
     check_rank,
@@ -14,6 +16,8 @@ from lightning_resumable_data.index.partition import (
     span_positions,
 )
 from lightning_resumable_data.index.permutation import (
+    EXACT_THRESHOLD,
+    FEISTEL_ROUNDS,
     PERMUTATION_ALGORITHMS,
     PermutationAlgorithm,
     check_algorithm,
@@ -24,6 +28,9 @@ from lightning_resumable_data.index.permutation import (
 )
 
 __all__ = [
+    "EXACT_THRESHOLD",
+    "FEISTEL_ROUNDS",
+    "KEY_LIMIT",
     "PERMUTATION_ALGORITHMS",
     "PermutationAlgorithm",
     "RankSpan",
@@ -33,6 +40,9 @@ __all__ = [
     "feistel_keys",
     "feistel_permute",
     "feistel_slice",
+    "key_rng",
+    "key_sequence",
+    "key_words",
     "randperm",
     "rank_span",
     "samples_per_rank",

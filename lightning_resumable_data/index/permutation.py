@@ -7,35 +7,47 @@ Two algorithms, chosen by name (:data:`PermutationAlgorithm`):
     which is what ``torch.utils.data.DistributedSampler`` uses with ``seed + epoch``. Torch's
     algorithm is a sequential Fisher-Yates shuffle driven by a Mersenne Twister; it cannot be
     vectorised, so we run torch's own CPU kernel once and hand its buffer to NumPy without a
-    copy. Identity with torch therefore holds by construction, on every torch version. Costs
-    O(n) time and 4 (n < 2**31) or 8 bytes per index of memory.
+    copy. Identity with torch holds by construction, on every torch version, and so does
+    torch's seed aliasing: its CPU generator seeds the Mersenne Twister with the low 32 bits
+    of the seed, so seeds equal modulo ``2**32`` give the same order (in torch too).
 
 ``"feistel"``
-    A keyed pseudo-random permutation of ``[0, n)``: a six-round Feistel network over a
-    mixed-radix domain ``Z_a x Z_b`` (``a ~ b ~ sqrt(n)``, ``a * b >= n``), with
-    cycle-walking for the rare values that land past ``n``. Any
-    element or slice ``perm[a:b]`` is computed directly from its positions in O(b - a) time
-    and memory, so a 10**10-element epoch costs nothing until it is read. Keys come from
-    ``numpy.random.SeedSequence([seed, epoch, stream])``: (seed=1, epoch=0) and
-    (seed=0, epoch=1) are unrelated streams.
+    A keyed permutation of ``[0, n)`` with random access: any element or slice
+    ``perm[i:j]`` costs O(j - i), whatever ``n``. Keys come from
+    :func:`~lightning_resumable_data.index.keys.key_sequence` of ``(seed, epoch)``
+    (fixed-width: no two ``(seed, epoch)`` pairs share a stream). Two regimes:
+
+    * ``n <= EXACT_THRESHOLD`` (``2**16``): an exact uniform shuffle, NumPy's
+      ``Generator.permutation`` keyed on ``(n, keys)``, materialised once (at most
+      0.5 ms and 256 KiB) and cached. Small domains are where Feistel networks are
+      measurably biased, so they get no network at all.
+    * above: an 8-round Feistel network over ``Z_a x Z_b`` (``a`` even, ``a ~ b ~
+      sqrt(n)``, ``a * b - n < a``) with cycle walking, O(1) memory. The even radix makes
+      odd permutations reachable (rounds modulo an odd radix only make even ones); 8
+      rounds pass the statistical battery (``tests/statistics/battery.py``) with the
+      network forced down to ``n = 2**8``, so the threshold leaves a wide margin.
 
 Example:
     >>> randperm(5, seed=0).tolist()
     [4, 0, 1, 3, 2]
-    >>> perm = feistel_slice(10, seed=0, epoch=0, start=0, stop=10)
-    >>> sorted(perm.tolist()) == list(range(10))
-    True
+    >>> feistel_slice(10, seed=0, epoch=0, start=0, stop=10).tolist()
+    [1, 2, 9, 7, 4, 8, 3, 6, 0, 5]
 """
 
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from typing import Final, Literal, get_args
 
 import numpy as np
 from numpy.typing import NDArray
 
+from lightning_resumable_data.index.keys import key_rng, key_sequence
+
 __all__ = [
+    "EXACT_THRESHOLD",
+    "FEISTEL_ROUNDS",
     "PERMUTATION_ALGORITHMS",
     "PermutationAlgorithm",
     "check_algorithm",
@@ -48,13 +60,16 @@ __all__ = [
 PermutationAlgorithm = Literal["randperm", "feistel"]
 PERMUTATION_ALGORITHMS: Final[tuple[str, ...]] = get_args(PermutationAlgorithm)
 
-FEISTEL_ROUNDS: Final = 6
-# Stream id mixed into the SeedSequence so that permutation keys never collide with the
-# other random streams this package derives from the same (seed, epoch).
-_PERMUTATION_STREAM: Final = 0x5045524D  # "PERM"
+FEISTEL_ROUNDS: Final = 8  # rounds of the network, and key words from feistel_keys
+EXACT_THRESHOLD: Final = 2**16  # n up to this: exact keyed shuffle, materialised and cached
+MAX_N: Final = 2**63  # outputs must fit int64
+_CHUNK: Final = 2**14  # positions per pass of the network: temporaries stay in L2
+_PERMUTATION_STREAM: Final = 0x5045524D  # "PERM": feistel_keys(seed, epoch)
+_EXACT_STREAM: Final = 0x50455845  # "PEXE": the exact shuffle of (n, keys)
+_ROUND_STREAM: Final = 0x5045524E  # "PERN": the network's round keys from keys
 _MIX_1: Final = np.uint64(0x9E3779B97F4A7C15)
 _MIX_2: Final = np.uint64(0xBF58476D1CE4E5B9)
-_MAX_SEED: Final = 2**63 - 1
+_SEED_LIMIT: Final = 2**64  # torch's manual_seed takes [0, 2**64) (and negatives, wrapped)
 
 
 def check_algorithm(algorithm: str) -> PermutationAlgorithm:
@@ -77,22 +92,25 @@ def check_algorithm(algorithm: str) -> PermutationAlgorithm:
 def _check_seed(seed: int) -> None:
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"seed={seed!r} must be an int, got {type(seed).__name__}.")
-    if not 0 <= seed <= _MAX_SEED:
-        raise ValueError(f"seed={seed} must be in [0, 2**63 - 1]; pass a non-negative seed.")
+    if not 0 <= seed < _SEED_LIMIT:
+        raise ValueError(f"seed={seed} must be in [0, 2**64 - 1]; pass a non-negative seed.")
 
 
 def randperm(n: int, seed: int) -> NDArray[np.int64] | NDArray[np.int32]:
     """Return ``torch.randperm(n)`` for a generator seeded with ``seed``, as a NumPy array.
 
     The dtype is ``int32`` when ``n < 2**31`` (half the memory and a faster shuffle; the
-    values are identical) and ``int64`` otherwise.
+    values are identical) and ``int64`` otherwise. Like torch, only ``seed % 2**32`` matters.
 
     Args:
         n: Number of elements, ``n >= 0``.
-        seed: Generator seed; ``torch.utils.data.DistributedSampler`` uses ``seed + epoch``.
+        seed: Generator seed in ``[0, 2**64)``; ``torch.utils.data.DistributedSampler`` uses
+            ``seed + epoch``.
 
     Example:
         >>> randperm(4, seed=1).tolist()
+        [1, 3, 2, 0]
+        >>> randperm(4, seed=1 + 2**32).tolist()  # torch's generator keeps 32 bits
         [1, 3, 2, 0]
     """
     import torch  # torch's Fisher-Yates kernel is the definition of this order.
@@ -107,60 +125,74 @@ def randperm(n: int, seed: int) -> NDArray[np.int64] | NDArray[np.int32]:
 
 
 def feistel_keys(seed: int, epoch: int, rounds: int = FEISTEL_ROUNDS) -> NDArray[np.uint64]:
-    """Return the round keys of the Feistel permutation for ``(seed, epoch)``.
+    """Return the key of the ``"feistel"`` permutation for ``(seed, epoch)``: ``rounds`` words.
+
+    :func:`feistel_permute` accepts any non-empty key array (callers may derive their own);
+    this one is fixed-width keyed, so distinct ``(seed, epoch)`` give distinct keys.
 
     Example:
         >>> feistel_keys(0, 0).shape
-        (6,)
+        (8,)
+        >>> bool((feistel_keys(2**32, 5) != feistel_keys(0, 1 + 5 * 2**32)).any())
+        True
     """
     _check_seed(seed)
-    if epoch < 0:
-        raise ValueError(f"epoch={epoch} must be >= 0.")
-    sequence = np.random.SeedSequence([int(seed), int(epoch), _PERMUTATION_STREAM])
+    if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)):
+        raise TypeError(f"epoch={epoch!r} must be an int, got {type(epoch).__name__}.")
+    if not 0 <= epoch < _SEED_LIMIT:
+        raise ValueError(f"epoch={epoch} must be in [0, 2**64 - 1].")
+    sequence = key_sequence(_PERMUTATION_STREAM, int(seed), int(epoch))
     keys: NDArray[np.uint64] = sequence.generate_state(rounds, dtype=np.uint64).astype(np.uint64)
     return keys
 
 
+@lru_cache(maxsize=64)  # 64 tables of at most 256 KiB: 16 MiB at worst
+def _exact_table(n: int, key: tuple[int, ...]) -> NDArray[np.int32]:
+    """The exact keyed shuffle of ``[0, n)`` (read-only; ``n <= EXACT_THRESHOLD``)."""
+    table = key_rng(_EXACT_STREAM, n, *key).permutation(n).astype(np.int32)
+    table.setflags(write=False)
+    return table
+
+
+@lru_cache(maxsize=256)
+def _round_keys(key: tuple[int, ...]) -> tuple[np.uint64, ...]:
+    """The network's round keys, expanded from any key (so any key length works)."""
+    words = key_sequence(_ROUND_STREAM, len(key), *key).generate_state(FEISTEL_ROUNDS, np.uint64)
+    return tuple(np.uint64(w) for w in words.tolist())
+
+
 def _radices(n: int) -> tuple[int, int]:
-    """Split ``[0, n)`` into a mixed-radix domain ``Z_a x Z_b`` with ``a ~ b ~ sqrt(n)``.
-
-    ``a * b - n < a``, so cycle-walking almost never has to re-apply the network.
-    """
-    a = max(2, math.isqrt(n - 1) + 1)  # ceil(sqrt(n))
-    return a, max(2, -(-n // a))
+    """Split ``[0, n)`` into ``Z_a x Z_b``: ``a`` even, ``a ~ b ~ sqrt(n)``, ``a * b - n < a``."""
+    a = math.isqrt(n - 1) + 1  # ceil(sqrt(n))
+    a += a % 2
+    return a, -(-n // a)
 
 
-def _round_function(
-    half: NDArray[np.uint64], key: np.uint64, modulus: int, scratch: NDArray[np.uint64]
+def _network(
+    x: NDArray[np.uint64], keys: tuple[np.uint64, ...], a: int, b: int
 ) -> NDArray[np.uint64]:
-    """Mix ``half`` with ``key`` (splitmix64 finaliser) into ``[0, modulus)``.
+    """One pass of the mixed-radix Feistel network: a bijection of ``[0, a * b)``.
 
-    The top 32 bits of the hash are scaled into range by a multiply-shift (``modulus`` is
-    below 2**32 for any ``n`` below 2**64). Works in place on one fresh array.
+    Round ``i`` maps ``(high in Z_p, low in Z_q)`` to ``(low, (high + F_i(low)) mod p)``;
+    ``p`` and ``q`` swap roles each round. ``F_i`` is a multiply-xorshift hash of
+    ``low ^ key_i`` whose top 32 bits are scaled into ``[0, p)`` (``p < 2**32``).
     """
-    h = np.bitwise_xor(half, key)
-    h *= _MIX_1
-    np.right_shift(h, np.uint64(31), out=scratch)
-    h ^= scratch
-    h *= _MIX_2
-    h >>= np.uint64(32)
-    h *= np.uint64(modulus)
-    h >>= np.uint64(32)
-    return h
-
-
-def _feistel_once(
-    x: NDArray[np.uint64], keys: NDArray[np.uint64], a: int, b: int
-) -> NDArray[np.uint64]:
-    """One pass of the mixed-radix Feistel network: a bijection of ``[0, a * b)``."""
     high = x // np.uint64(b)  # in Z_a
     low = x - high * np.uint64(b)  # in Z_b
     scratch = np.empty_like(x)
+    shift_32, shift_31 = np.uint64(32), np.uint64(31)
     for key in keys:
-        # (high in Z_p, low in Z_q) -> (low, (high + F(low)) mod p); p and q swap roles.
-        mixed = _round_function(low, key, a, scratch)
-        mixed += high
-        mixed -= np.uint64(a) * (mixed >= np.uint64(a))
+        mixed = np.bitwise_xor(low, key)
+        mixed *= _MIX_1
+        np.right_shift(mixed, shift_31, out=scratch)
+        mixed ^= scratch
+        mixed *= _MIX_2
+        mixed >>= shift_32
+        mixed *= np.uint64(a)
+        mixed >>= shift_32  # F(low) in [0, a)
+        mixed += high  # in [0, 2a - 1)
+        np.subtract(mixed, np.uint64(a), out=scratch)  # wraps to huge when mixed < a
+        np.minimum(mixed, scratch, out=mixed)  # (high + F(low)) mod a
         high, low = low, mixed
         a, b = b, a
     high *= np.uint64(b)
@@ -169,13 +201,32 @@ def _feistel_once(
     return result
 
 
+def _walk(x: NDArray[np.uint64], n: int, keys: tuple[np.uint64, ...], a: int, b: int) -> None:
+    """Cycle-walk, in place, the values of ``x`` that the network put in ``[n, a * b)``.
+
+    Fewer than ``1 / b`` of them do; walking them all at once keeps small-array overhead
+    out of the main loop.
+    """
+    outside = np.flatnonzero(x >= np.uint64(n))
+    while outside.size:
+        walked = _network(x[outside], keys, a, b)
+        x[outside] = walked
+        outside = outside[walked >= np.uint64(n)]
+
+
 def feistel_permute(
-    positions: NDArray[np.integer], n: int, keys: NDArray[np.uint64]
+    positions: NDArray[np.integer], n: int, keys: NDArray[np.integer]
 ) -> NDArray[np.int64]:
     """Map ``positions`` (values in ``[0, n)``) through the keyed permutation of ``[0, n)``.
 
-    Cycle-walking re-applies the network to the few values that land in ``[n, a * b)``;
-    the domain exceeds ``n`` by less than ``sqrt(n) + 1``, so that is rare.
+    Args:
+        positions: Positions in ``[0, n)``, any integer dtype and shape.
+        n: Size of the permuted range, ``1 <= n <= 2**63``.
+        keys: The permutation's key: a non-empty array of integers, read as 64-bit words;
+            usually :func:`feistel_keys`.
+
+    Returns:
+        ``perm[positions]`` as ``int64``, in the shape of ``positions``.
 
     Example:
         >>> keys = feistel_keys(seed=0, epoch=0)
@@ -185,16 +236,40 @@ def feistel_permute(
     """
     if n <= 0:
         raise ValueError(f"n={n} must be > 0.")
-    if n >= 2**64:
-        raise ValueError(f"n={n} must be < 2**64.")
-    a, b = _radices(n)
-    x = _feistel_once(np.asarray(positions, dtype=np.uint64), keys, a, b)
-    outside = np.flatnonzero(x >= np.uint64(n))
-    while outside.size:
-        walked = _feistel_once(x[outside], keys, a, b)
-        x[outside] = walked
-        outside = outside[walked >= np.uint64(n)]
-    return x.view(np.int64)
+    if n > MAX_N:
+        raise ValueError(
+            f"n={n} must be <= 2**63 so that every index fits int64; split a larger range."
+        )
+    key = tuple(np.asarray(keys, dtype=np.uint64).reshape(-1).tolist())
+    if not key:
+        raise ValueError("keys is empty; pass feistel_keys(seed, epoch).")
+    positions = np.asarray(positions)
+    if n <= EXACT_THRESHOLD:
+        table: NDArray[np.int64] = _exact_table(n, key)[positions].astype(np.int64)
+        return table
+    flat = _network_permute(positions.reshape(-1), n, key)
+    return flat.reshape(positions.shape)
+
+
+def _network_permute(
+    positions: NDArray[np.integer], n: int, key: tuple[int, ...]
+) -> NDArray[np.int64]:
+    """The Feistel network alone, at any ``n >= 2``, keyed by any key tuple.
+
+    :func:`feistel_permute` uses it above ``EXACT_THRESHOLD``; the statistical battery
+    calls it directly to test the network below the threshold too.
+
+    Example:
+        >>> sorted(_network_permute(np.arange(6), 6, (1, 2)).tolist())
+        [0, 1, 2, 3, 4, 5]
+    """
+    flat = np.asarray(positions).reshape(-1).astype(np.uint64)
+    out = np.empty(flat.size, dtype=np.uint64)
+    round_keys, (a, b) = _round_keys(key), _radices(n)
+    for begin in range(0, flat.size, _CHUNK):  # cache-sized passes: memory flat in size
+        out[begin : begin + _CHUNK] = _network(flat[begin : begin + _CHUNK], round_keys, a, b)
+    _walk(out, n, round_keys, a, b)
+    return out.view(np.int64)
 
 
 def feistel_slice(n: int, seed: int, epoch: int, start: int, stop: int) -> NDArray[np.int64]:

@@ -7,16 +7,20 @@ other, in a shuffled order, and each shard's samples in a shuffled order::
 
     G = concat over slots j = 0 .. S-1 of   starts[o[j]] + pi_{o[j]}(0 .. n_{o[j]} - 1)
 
-* the *shard order* ``o`` (shard ids by slot) is ``Generator(PCG64(SeedSequence([seed,
-  epoch, stream])))``'s permutation of ``[0, S)``: ``S`` is small, so it is materialised;
-* the *in-shard order* ``pi_s`` is the keyed Feistel permutation of ``[0, n_s)``
-  (:func:`~lightning_resumable_data.index.permutation.feistel_permute`) with round keys
-  from ``SeedSequence([seed, epoch, s, stream])``: no shard-sized array is ever built and
-  any position is computed in O(1), so the lookup is vectorised over any set of positions
-  (``searchsorted`` on the slot bounds, then one Feistel call per shard touched).
+* the *shard order* ``o`` (shard ids by slot) is the permutation of ``[0, S)`` drawn by
+  :func:`~lightning_resumable_data.index.keys.key_rng` of ``(seed, epoch)``: ``S`` is
+  small, so it is materialised;
+* the *in-shard order* ``pi_s`` is the keyed permutation of ``[0, n_s)``
+  (:func:`~lightning_resumable_data.index.permutation.feistel_permute`) with a key from
+  :func:`~lightning_resumable_data.index.keys.key_sequence` of ``(seed, epoch, s)``: no
+  large shard-sized array is ever built and any position is computed in O(1), so the
+  lookup is vectorised over any set of positions (``searchsorted`` on the slot bounds, then
+  one call per shard touched).
 
-Seeds go through ``SeedSequence``, never ``seed + epoch``: (seed=1, epoch=0) and
-(seed=0, epoch=1) are unrelated, and so are the streams of two shards.
+Keys are fixed-width (:mod:`~lightning_resumable_data.index.keys`), never ``seed + epoch``
+nor a variable-width ``SeedSequence`` list: (seed=1, epoch=0) and (seed=0, epoch=1) are
+unrelated, so are ``(seed=2**32, epoch=5)`` and ``(seed=0, epoch=1 + 5 * 2**32)``, and so
+are the streams of two shards.
 
 Trade-off: *locality* against *mixing*. Consecutive positions stay within one shard, so
 data-parallel ranks striding over ``G`` (rank ``r`` reads ``G[r::W]``) all read the same
@@ -44,6 +48,7 @@ from typing import Final
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from lightning_resumable_data.index.keys import KEY_LIMIT, key_rng, key_sequence
 from lightning_resumable_data.index.permutation import FEISTEL_ROUNDS, feistel_permute
 
 __all__ = [
@@ -60,19 +65,18 @@ __all__ = [
 
 PositionLookup = Callable[[NDArray[np.integer]], NDArray[np.int64]]
 
-# Stream ids mixed into the SeedSequence so that these keys never collide with the other
-# random streams the package derives from the same (seed, epoch).
+# Stream tags (index/keys.py) so that these keys never collide with the other random
+# streams the package derives from the same (seed, epoch).
 _SHARD_ORDER_STREAM: Final = 0x53484F52  # "SHOR"
 _IN_SHARD_STREAM: Final = 0x53485046  # "SHPF"
-_MAX_SEED: Final = 2**63 - 1
 
 
 def _check_seed_epoch(seed: int, epoch: int) -> None:
-    for name, value, top in (("seed", seed, _MAX_SEED), ("epoch", epoch, None)):
+    for name, value in (("seed", seed), ("epoch", epoch)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
             raise TypeError(f"{name}={value!r} must be an int, got {type(value).__name__}.")
-        if value < 0 or (top is not None and value > top):
-            raise ValueError(f"{name}={value} must be in [0, 2**63 - 1].")
+        if not 0 <= value < KEY_LIMIT:
+            raise ValueError(f"{name}={value} must be in [0, 2**64 - 1].")
 
 
 def check_shard_sizes(sizes: ArrayLike) -> NDArray[np.int64]:
@@ -128,22 +132,24 @@ def shard_order(num_shards: int, seed: int, epoch: int, shuffle: bool = True) ->
         raise ValueError(f"num_shards={num_shards} must be >= 1.")
     if not shuffle:
         return np.arange(num_shards, dtype=np.int64)
-    sequence = np.random.SeedSequence([int(seed), int(epoch), _SHARD_ORDER_STREAM])
-    return np.random.Generator(np.random.PCG64(sequence)).permutation(num_shards).astype(np.int64)
+    rng = key_rng(_SHARD_ORDER_STREAM, int(seed), int(epoch))
+    return rng.permutation(num_shards).astype(np.int64)
 
 
 def in_shard_keys(seed: int, epoch: int, shard: int) -> NDArray[np.uint64]:
-    """Round keys of shard ``shard``'s in-shard Feistel permutation in epoch ``epoch``.
+    """Key of shard ``shard``'s in-shard permutation in epoch ``epoch`` (fixed-width keyed).
 
     Example:
         >>> bool((in_shard_keys(0, 0, 1) != in_shard_keys(0, 0, 2)).any())
         True
+        >>> bool((in_shard_keys(2**32, 5, 0) != in_shard_keys(0, 1 + 5 * 2**32, 0)).any())
+        True
     """
     _check_seed_epoch(seed, epoch)
-    sequence = np.random.SeedSequence([int(seed), int(epoch), int(shard), _IN_SHARD_STREAM])
-    keys: NDArray[np.uint64] = sequence.generate_state(FEISTEL_ROUNDS, dtype=np.uint64).astype(
-        np.uint64
-    )
+    if not 0 <= int(shard) < KEY_LIMIT:
+        raise ValueError(f"shard={shard} must be in [0, 2**64 - 1].")
+    sequence = key_sequence(_IN_SHARD_STREAM, int(seed), int(epoch), int(shard))
+    keys: NDArray[np.uint64] = sequence.generate_state(FEISTEL_ROUNDS, np.uint64).astype(np.uint64)
     return keys
 
 

@@ -6,11 +6,12 @@ skip::
     SkipSampler(ShardSampler(RepeatSampler(ReproducibleShuffleSampler(
         ResumableSequentialSampler(dataset), seed)), num_replicas, rank), skip)
 
-There is no hidden RNG: a shuffle is a function of ``SeedSequence([seed, epoch,
-SHUFFLE_STREAM])``, pass ``p`` of a repeat runs its inner sampler at epoch ``epoch + p`` (a
-new shuffle each pass), and a skip applies to the first ``__iter__`` only (Determined's
-apply every epoch). A state nests the inner sampler's state under ``"inner"`` and restores
-through the inner's O(1) ``set_skip`` where it has one (see
+There is no hidden RNG: a shuffle is a function of ``key_rng(SHUFFLE_STREAM, seed, epoch)``
+(fixed-width keys, :mod:`~lightning_resumable_data.index.keys`), pass ``p`` of a repeat
+runs its inner sampler at epoch ``epoch + p`` (a new shuffle each pass), and a skip applies
+to the first ``__iter__`` only (Determined's apply every epoch). A state nests the inner
+sampler's state under ``"inner"`` and restores through the inner's O(1) ``set_skip`` where
+it has one (see
 :mod:`~lightning_resumable_data.samplers._composition`).
 
 State keys: ``version``, ``kind``, ``fingerprint`` (``seed`` of a shuffle; ``num_replicas``,
@@ -27,6 +28,7 @@ from typing import Any, ClassVar, Final, TypeVar
 
 import numpy as np
 
+from lightning_resumable_data.index.keys import KEY_LIMIT, key_rng
 from lightning_resumable_data.index.partition import check_rank
 from lightning_resumable_data.samplers._chunks import CHUNK_SIZE
 from lightning_resumable_data.samplers._composition import (
@@ -54,7 +56,7 @@ __all__ = [
 
 T = TypeVar("T")
 
-SHUFFLE_STREAM: Final = 0x53485546  # "SHUF": SeedSequence stream id of the shuffles
+SHUFFLE_STREAM: Final = 0x53485546  # "SHUF": key stream tag of the shuffles
 
 Batch = list[int]
 
@@ -69,6 +71,11 @@ class _Shuffle(Composable[T]):
                 "RepeatSampler(ReproducibleShuffleSampler(sampler, seed))."
             )
         self.seed = check_count(type(self).__name__, "seed", seed, "the shuffle seed")
+        if self.seed >= KEY_LIMIT:
+            raise ValueError(
+                f"{type(self).__name__}: seed={self.seed} must be < 2**64 (shuffle keys are "
+                "64-bit); pass a smaller seed, e.g. seed % 2**64."
+            )
 
     @property
     def fingerprint(self) -> dict[str, Any]:
@@ -76,20 +83,19 @@ class _Shuffle(Composable[T]):
         return {"seed": self.seed}
 
     def _rng(self) -> np.random.Generator:
-        sequence = np.random.SeedSequence([self.seed, self.epoch, SHUFFLE_STREAM])
-        return np.random.default_rng(sequence)
+        return key_rng(SHUFFLE_STREAM, self.seed, self.epoch)
 
 
 class ReproducibleShuffleSampler(_Shuffle[int]):
     """Shuffle an inner sampler's indices, reproducibly from ``(seed, epoch)``.
 
     Each ``__iter__`` reads the inner sampler's epoch into an array and shuffles it with
-    ``SeedSequence([seed, epoch, SHUFFLE_STREAM])``; ``set_epoch`` selects the epoch and is
+    ``key_rng(SHUFFLE_STREAM, seed, epoch)``; ``set_epoch`` selects the epoch and is
     forwarded to the inner sampler. Shuffle before you repeat, shard or skip.
 
     Args:
         sampler: A finite sampler of indices.
-        seed: Shuffle seed, an int >= 0, the same on every rank.
+        seed: Shuffle seed, an int in ``[0, 2**64)``, the same on every rank.
 
     Example:
         >>> from lightning_resumable_data.samplers.sequential import ResumableSequentialSampler
@@ -124,7 +130,7 @@ class ReproducibleShuffleBatchSampler(_Shuffle[Batch]):
 
     Args:
         batch_sampler: A finite sampler of batches (lists of indices).
-        seed: Shuffle seed, an int >= 0, the same on every rank.
+        seed: Shuffle seed, an int in ``[0, 2**64)``, the same on every rank.
 
     Example:
         >>> batches = [[0, 1], [2, 3], [4, 5], [6, 7]]

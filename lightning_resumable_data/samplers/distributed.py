@@ -31,6 +31,7 @@ from lightning_resumable_data.state import (
 __all__ = ["DistributedSampler", "check_non_negative_int", "dataset_length"]
 
 _Order = Callable[[NDArray[np.int64]], NDArray[np.integer]]
+_SEED_LIMIT = 2**64  # torch.Generator.manual_seed accepts [0, 2**64) (negatives wrap)
 
 
 def check_non_negative_int(name: str, value: object) -> int:
@@ -80,7 +81,9 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
         num_replicas: Data-parallel world size; ``None`` reads the initialised process group.
         rank: Data-parallel rank; ``None`` reads the initialised process group.
         shuffle: Shuffle the order every epoch.
-        seed: Shuffle seed, in ``[0, 2**63)``; the same on every rank.
+        seed: Shuffle seed, in ``[0, 2**64)`` with ``seed + epoch < 2**64`` (as torch); the
+            same on every rank. Like torch's, the ``"randperm"`` order depends only on
+            ``(seed + epoch) % 2**32`` (torch's CPU generator keeps 32 bits of a seed).
         drop_last: Drop the ragged tail instead of padding with wrapped-around samples.
         algorithm: ``"randperm"`` (torch's order, O(n) memory) or ``"feistel"`` (random
             access, O(1) memory, for datasets of 10**9+ samples).
@@ -117,8 +120,10 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
         length = dataset_length(dataset, type(self).__name__)
         num_replicas, rank = resolve_world(num_replicas, rank)
         seed = check_non_negative_int("seed", seed)
-        if seed >= 2**63:
-            raise ValueError(f"seed={seed} must be < 2**63.")
+        if seed >= _SEED_LIMIT:
+            raise ValueError(
+                f"seed={seed} must be < 2**64 (torch's manual_seed range); pass seed % 2**64."
+            )
         super().__init__(
             dataset,  # type: ignore[arg-type]  # torch only needs len(dataset)
             num_replicas,
@@ -177,8 +182,11 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
         epoch = check_non_negative_int("epoch", epoch)
         if self._epoch_locked and epoch != self.epoch:
             return  # a StatefulDataLoader owns the epoch (see lock_epoch)
-        if self.seed + epoch >= 2**63:
-            raise ValueError(f"epoch={epoch} with seed={self.seed} must keep seed + epoch < 2**63.")
+        if self.seed + epoch >= _SEED_LIMIT:
+            raise ValueError(
+                f"epoch={epoch} with seed={self.seed} must keep seed + epoch < 2**64 (torch "
+                "seeds the epoch's shuffle with seed + epoch); use a smaller seed."
+            )
         if epoch == self.epoch:
             return
         if self._resume_at:
@@ -305,10 +313,10 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
             self.fingerprint,
             {"epoch": int, "consumed": int, "num_replicas": int},
         )
-        if self.seed + state_dict["epoch"] >= 2**63:
+        if self.seed + state_dict["epoch"] >= _SEED_LIMIT:
             raise StateMismatchError(
                 f"Cannot load this state into {self.KIND}: epoch={state_dict['epoch']} with "
-                f"seed={self.seed} exceeds 2**63 - 1 (torch's seed range). The state is "
+                f"seed={self.seed} exceeds 2**64 - 1 (torch's seed range). The state is "
                 "corrupted."
             )
         limit = self.epoch_length + state_dict["num_replicas"]

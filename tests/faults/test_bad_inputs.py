@@ -147,7 +147,7 @@ CONSTRUCTORS: dict[str, Any] = {
         lambda: DistributedSampler(D, 1, 0, seed=wrong(NAN)), TypeError, ("seed=nan",)
     ),
     "DS-seed-bool": Bad(lambda: DistributedSampler(D, 1, 0, seed=True), TypeError, ("seed=True",)),
-    "DS-seed-huge": Bad(lambda: DistributedSampler(D, 1, 0, seed=2**63), ValueError, ("2**63",)),
+    "DS-seed-huge": Bad(lambda: DistributedSampler(D, 1, 0, seed=2**64), ValueError, ("2**64",)),
     "DS-algorithm": Bad(
         lambda: DistributedSampler(D, 1, 0, algorithm=wrong("sorted")),
         ValueError,
@@ -544,7 +544,10 @@ STATES: dict[str, Any] = {
     "DS-empty": BadState(distributed, whole({}), StateMismatchError, ("version=None",)),
     "DS-truncated": BadState(distributed, truncated, StateMismatchError, ("'epoch' is missing",)),
     "DS-version-0": BadState(distributed, put("version", 0), StateMismatchError, ("version=0",)),
-    "DS-version-2": BadState(distributed, put("version", 2), StateMismatchError, ("version=2",)),
+    "DS-version-1": BadState(
+        distributed, put("version", 1), StateMismatchError, ("version=1", "release that wrote it")
+    ),
+    "DS-version-3": BadState(distributed, put("version", 3), StateMismatchError, ("version=3",)),
     "DS-version-str": BadState(
         distributed, put("version", "1"), StateMismatchError, ("version='1'",)
     ),
@@ -602,7 +605,7 @@ STATES: dict[str, Any] = {
         ("algorithm: saved 'feistel'",),
         source=lambda: distributed(algorithm="feistel"),
     ),
-    "DS-epoch-overflow": BadState(distributed, put("epoch", 2**63), StateMismatchError, ("epoch",)),
+    "DS-epoch-overflow": BadState(distributed, put("epoch", 2**64), StateMismatchError, ("epoch",)),
     # MixtureSampler
     "MS-kind-distributed": BadState(
         mixture_sampler,
@@ -732,8 +735,8 @@ STATES: dict[str, Any] = {
     # StatefulDataLoader
     "SDL-none": BadState(loader_position, whole(None), TypeError, ("NoneType",)),
     "SDL-truncated": BadState(loader_position, truncated, StateMismatchError, ("missing",)),
-    "SDL-version-2": BadState(
-        loader_position, put("version", 2), StateMismatchError, ("version=2",)
+    "SDL-version-3": BadState(
+        loader_position, put("version", 3), StateMismatchError, ("version=3",)
     ),
     "SDL-kind-sampler": BadState(
         loader_position,
