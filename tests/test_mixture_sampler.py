@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from loader_helpers import as_ids, run_epochs, take
 from resume_helpers import assert_resumes
 
+import lightning_resumable_data.index.arrangement as arrangement_module
 from lightning_resumable_data import (
     MixtureDataset,
     MixturePhase,
@@ -20,7 +21,7 @@ from lightning_resumable_data import (
     StateMismatchError,
 )
 from lightning_resumable_data.index.mixture import mixture_probabilities, target_counts
-from lightning_resumable_data.samplers.mixture import check_phases
+from lightning_resumable_data.samplers.mixture import RANK_CHUNK, check_phases
 
 SIZES = {"web": 120, "code": 30, "math": 9}
 WEIGHTS = {"web": 0.6, "code": 0.3, "math": 0.1}
@@ -90,16 +91,24 @@ def test_realised_proportions_are_the_exact_targets_per_epoch_and_per_phase() ->
         assert s.source_counts() == dict(Counter(drawn))
 
 
-def test_no_source_repeats_a_sample_before_using_all() -> None:
-    drawn = list(sampler(change_at=50))
+@pytest.mark.parametrize("change_at", [None, 50])
+def test_no_source_repeats_a_sample_before_using_all_up_to_a_leaf(
+    monkeypatch: pytest.MonkeyPatch, change_at: int | None
+) -> None:
+    leaf = 16
+    monkeypatch.setattr(arrangement_module, "LEAF_SIZE", leaf)
+    s = sampler(change_at=change_at)
+    drawn = np.array(list(s))
+    labels, draws = s._locate(0, np.arange(200, dtype=np.int64))
     offsets = mixture().offsets
-    for name, size in SIZES.items():
-        mine = [i - offsets[name] for i in drawn if source(i) == name]
-        for start in range(0, len(mine), size):
-            block = mine[start : start + size]
-            assert len(set(block)) == len(block)  # each pass has no repeat
-        if len(mine) > size:
-            assert mine[:size] != mine[size : 2 * size]  # and passes are reshuffled
+    for j, (name, size) in enumerate(SIZES.items()):
+        mine = drawn[labels == j] - offsets[name]
+        copies = np.bincount(mine, minlength=size)  # every pass is used up, then reshuffled
+        assert copies.min() == len(mine) // size
+        assert copies.max() == -(-len(mine) // size)
+        where, passes = np.flatnonzero(labels == j), draws[labels == j] // size
+        for p in range(int(passes.max())):  # pass p+1 starts within a leaf of pass p's end
+            assert where[passes == p].max() < where[passes == p + 1].min() + leaf
 
 
 @given(k=st.integers(0, 200), change_at=st.sampled_from([None, 0, 1, 57, 100, 199]))
@@ -278,3 +287,76 @@ def test_mixture_sampler_passes_sample_keys_to_sources() -> None:
     assert key.position == 0
     assert mixture()[key] == int(key)
     assert np.isfinite(key.rng().random())
+
+
+def big(world: int, rank: int, epoch_length: int = 2_000_000_000) -> MixtureSampler:
+    mix = MixtureDataset({"web": range(10**9), "code": range(3 * 10**8), "math": range(10**6)})
+    return MixtureSampler(mix, WEIGHTS, world, rank, seed=3, samples_per_epoch=epoch_length)
+
+
+@pytest.mark.parametrize("epoch_length", [2_000_000_000, 10**10])
+def test_epochs_of_billions_iterate_and_resume(epoch_length: int) -> None:
+    s = big(8, 3, epoch_length)
+    s.update_weights(NEW_WEIGHTS, epoch=0, position=epoch_length // 2 + 8 * 1000)
+    first = list(itertools.islice(s, 500))
+    assert all(0 <= i < len(s.mixture) for i in first)
+    resumed = big(8, 3, epoch_length)
+    resumed.load_state_dict(json.loads(json.dumps(s.state_dict())))
+    again = big(8, 3, epoch_length)
+    again.load_state_dict(s.state_at(0, 0))
+    assert list(itertools.islice(again, 600))[500:] == list(itertools.islice(resumed, 100))
+    for position in (10**9 - 8 * 700, epoch_length // 2 - 8 * 300):  # across the change
+        state = s.state_at(0, position)
+        assert sum(state["source_counts"].values()) == position
+        elastic = big(3, 1, epoch_length)  # resumed on another world size
+        elastic.load_state_dict(state)
+        got = list(itertools.islice(elastic, 1000))
+        expected = elastic._order(0)(position + 1 + 3 * np.arange(1000, dtype=np.int64))
+        assert got == expected.tolist()  # random access equals sequential
+    counts = s.source_counts(epoch_length)
+    probabilities = [mixture_probabilities(list(w.values()), 1.0) for w in (WEIGHTS, NEW_WEIGHTS)]
+    half = epoch_length // 2 + 8 * 1000
+    exact = target_counts(probabilities[0], half) + target_counts(
+        probabilities[1], epoch_length - half
+    )
+    assert list(counts.values()) == exact.tolist()
+
+
+def test_epochs_past_the_limit_are_refused() -> None:
+    with pytest.raises(ValueError, match=r"samples_per_epoch=.* must be in \[1, 2\*\*53"):
+        big(1, 0, 2**53 + 1)
+
+
+def test_rank_work_is_proportional_to_its_positions(monkeypatch: pytest.MonkeyPatch) -> None:
+    permuted: list[int] = []
+    original = arrangement_module.feistel_permute
+
+    def counting(positions: np.ndarray, n: int, keys: np.ndarray) -> np.ndarray:
+        permuted.append(len(positions))
+        return original(positions, n, keys)
+
+    monkeypatch.setattr(arrangement_module, "feistel_permute", counting)
+    work = {}
+    for world in (1, 64):
+        permuted.clear()
+        s = big(world, world - 1, 2**20 + 12345)
+        s.update_weights(NEW_WEIGHTS, epoch=0, position=2**19 + 64 * 7)
+        assert sum(1 for _ in s) == len(s)
+        work[world] = sum(permuted)  # positions whose source was computed
+    assert work == {1: len(big(1, 0, 2**20 + 12345)), 64: len(big(64, 63, 2**20 + 12345))}
+
+
+def test_changes_are_accepted_from_the_first_position_not_computed() -> None:
+    s = big(4, 0)
+    it = iter(s)
+    next(it)
+    assert s.frontier == 4 * RANK_CHUNK  # a few thousand samples per rank ahead, no more
+    with pytest.raises(ValueError, match=f"earliest allowed position is {s.frontier} "):
+        s.update_weights(NEW_WEIGHTS, position=s.frontier - 1)
+    s.update_weights(NEW_WEIGHTS, position=s.frontier)
+    rest = list(itertools.islice(it, 3 * RANK_CHUNK))
+    resumed = big(4, 0)
+    resumed.load_state_dict(s.state_dict())  # the cut segment keeps its plan
+    assert list(itertools.islice(resumed, 1000)) == list(itertools.islice(it, 1000))
+    assert len(rest) == 3 * RANK_CHUNK
+    assert s.state_dict()["fingerprint"]["order"] == "blocks-leaves-feistel/2"

@@ -1,20 +1,14 @@
 """Mixture index math: probabilities, exact target counts, and the interleaved order.
 
 A segment of a mixture epoch (the stretch between two weight changes) of length ``L`` draws
-exactly ``counts[j]`` samples from source ``j`` (:func:`target_counts`). Its order is a
-uniformly random arrangement of that multiset, built so that any stretch of it can be
-computed directly, without generating what comes before:
-
-* a binary tree over the segment splits each node's counts between its halves with a
-  multivariate hypergeometric draw keyed on ``(seed, epoch, segment, node)`` — exactly the
-  distribution of a uniform shuffle's left-half counts;
-* a leaf (at most ``LEAF_SIZE`` positions) shuffles its multiset with its own key.
-
-So the counts before any position are known from ``log2(L / LEAF_SIZE)`` draws (O(log L) to
-resume, never O(L)), and each source's occurrences come in time order: the ``d``-th sample
-drawn from a source is its draw number ``d``. A source of ``n`` samples serves draw ``d``
-from pass ``d // n`` of its own stream, a fresh keyed permutation per pass, so no source
-repeats a sample before it has used all of them (oversampling reshuffles).
+exactly ``counts[j]`` samples from source ``j`` (:func:`target_counts`). Its order is the
+random-access arrangement of :mod:`~lightning_resumable_data.index.arrangement`: stratified
+blocks of ``2**29`` positions, uniformly random within a block, any position computed in
+O(1) and the counts before any position in O(log L). The ``d``-th sample drawn from a source
+(its draw number ``d``) comes in time order up to a window of one leaf (``2**20``
+positions). A source of ``n`` samples serves draw ``d`` from pass ``d // n`` of its own
+stream, a fresh keyed permutation per pass, so a source repeats a sample only after it has
+used all of them, up to that window (oversampling reshuffles).
 
 Example:
     >>> probs = mixture_probabilities([3.0, 1.0], temperature=1.0)
@@ -32,19 +26,23 @@ from __future__ import annotations
 import functools
 import math
 import numbers
-from collections.abc import Iterator, Sequence
-from typing import Final
+from collections.abc import Sequence
+from typing import Final, cast
 
 import numpy as np
 from numpy.typing import NDArray
 
+from lightning_resumable_data.index.arrangement import MAX_SEGMENT, Arrangement, arrangement
+from lightning_resumable_data.index.keys import key_sequence
 from lightning_resumable_data.index.permutation import feistel_permute
 
 Counts = Sequence[int] | NDArray[np.integer]
 
 __all__ = [
-    "LEAF_SIZE",
+    "MAX_SEGMENT",
+    "Arrangement",
     "Counts",
+    "arrangement",
     "check_weights",
     "counts_before",
     "mixture_probabilities",
@@ -53,9 +51,6 @@ __all__ = [
     "target_counts",
 ]
 
-LEAF_SIZE: Final = 1 << 16
-_SPLIT_STREAM: Final = 0x53504C54  # "SPLT"
-_LEAF_STREAM: Final = 0x4C454146  # "LEAF"
 _SOURCE_STREAM: Final = 0x53524345  # "SRCE"
 
 
@@ -153,20 +148,6 @@ def target_counts(probabilities: NDArray[np.float64], budget: int) -> NDArray[np
     return counts
 
 
-def _rng(seed: int, key: tuple[int, ...], stream: int, *node: int) -> np.random.Generator:
-    return np.random.default_rng(np.random.SeedSequence([seed, *key, *node, stream]))
-
-
-def _split(
-    counts: NDArray[np.int64], seed: int, key: tuple[int, ...], start: int, length: int
-) -> tuple[NDArray[np.int64], int]:
-    """Split a node's counts between its halves; return the left counts and the midpoint."""
-    half = length // 2
-    rng = _rng(seed, key, _SPLIT_STREAM, start, length)
-    left = rng.multivariate_hypergeometric(counts, half, method="marginals")
-    return left.astype(np.int64), start + half
-
-
 def counts_before(
     counts: Counts, seed: int, key: tuple[int, ...], position: int
 ) -> NDArray[np.int64]:
@@ -176,57 +157,7 @@ def counts_before(
         >>> counts_before([8, 2], seed=0, key=(0, 0), position=10).tolist()
         [8, 2]
     """
-    node = np.asarray(counts, dtype=np.int64)
-    start, length = 0, int(node.sum())
-    if not 0 <= position <= length:
-        raise ValueError(f"position={position} must be in [0, {length}].")
-    before = np.zeros_like(node)
-    while length > LEAF_SIZE:
-        left, mid = _split(node, seed, key, start, length)
-        if position < mid:
-            node, length = left, mid - start
-        else:
-            before += left
-            node, start, length = node - left, mid, start + length - mid
-    if position > start:
-        labels = _leaf_labels(node, seed, key, start, length)
-        before += np.bincount(labels[: position - start], minlength=len(node))
-    return before
-
-
-def _leaf_labels(
-    counts: NDArray[np.int64], seed: int, key: tuple[int, ...], start: int, length: int
-) -> NDArray[np.int16]:
-    return _cached_leaf(tuple(counts.tolist()), seed, key, start, length)
-
-
-@functools.lru_cache(maxsize=4)
-def _cached_leaf(
-    counts: tuple[int, ...], seed: int, key: tuple[int, ...], start: int, length: int
-) -> NDArray[np.int16]:
-    """A leaf's shuffled labels; cached because consecutive chunks share boundary leaves."""
-    labels = np.repeat(np.arange(len(counts), dtype=np.int16), counts)
-    shuffled: NDArray[np.int16] = _rng(seed, key, _LEAF_STREAM, start, length).permutation(labels)
-    shuffled.flags.writeable = False  # shared by the cache
-    return shuffled
-
-
-def _leaves(
-    counts: NDArray[np.int64], seed: int, key: tuple[int, ...], start: int, stop: int
-) -> Iterator[tuple[int, NDArray[np.int16], NDArray[np.int64]]]:
-    """Yield ``(leaf_start, leaf_labels, counts_before_leaf)`` for leaves meeting [start, stop)."""
-    stack = [(0, int(counts.sum()), counts, np.zeros_like(counts))]
-    while stack:
-        node_start, length, node, before = stack.pop()
-        if node_start >= stop or node_start + length <= start:
-            continue
-        if length <= LEAF_SIZE:
-            yield node_start, _leaf_labels(node, seed, key, node_start, length), before
-            continue
-        left, mid = _split(node, seed, key, node_start, length)
-        # Right child first on the stack, so leaves come out in order.
-        stack.append((mid, node_start + length - mid, node - left, before + left))
-        stack.append((node_start, mid - node_start, left, before))
+    return arrangement(counts, seed, key).counts_before(position)
 
 
 def segment_slice(
@@ -237,27 +168,23 @@ def segment_slice(
     Args:
         counts: Samples per source in the whole segment.
         seed: The run's seed.
-        key: What identifies the segment (e.g. ``(epoch, segment index)``).
+        key: What identifies the segment (e.g. ``(epoch, start, end)``).
         start: First position, relative to the segment.
         stop: One past the last position.
 
     Returns:
-        ``labels[i]``: the source at position ``start + i``; ``draws[i]``: how many samples
-        that source drew in this segment before it.
+        ``labels[i]``: the source at position ``start + i``; ``draws[i]``: its draw number
+        in the segment (see :mod:`~lightning_resumable_data.index.arrangement`).
     """
-    node = np.asarray(counts, dtype=np.int64)
-    labels, draws = [], []
-    for leaf_start, leaf, before in _leaves(node, seed, key, start, stop):
-        occurrence = np.empty(len(leaf), dtype=np.int64)
-        order = np.argsort(leaf, kind="stable")
-        group_start = np.concatenate(([0], np.cumsum(np.bincount(leaf, minlength=len(node)))))
-        occurrence[order] = np.arange(len(leaf)) - group_start[leaf[order]]
-        lo, hi = max(start - leaf_start, 0), min(stop - leaf_start, len(leaf))
-        labels.append(leaf[lo:hi])
-        draws.append(occurrence[lo:hi] + before[leaf[lo:hi]])
-    if not labels:
-        return np.empty(0, dtype=np.int16), np.empty(0, dtype=np.int64)
-    return np.concatenate(labels), np.concatenate(draws)
+    return arrangement(counts, seed, key).locate(np.arange(start, stop, dtype=np.int64))
+
+
+@functools.lru_cache(maxsize=256)
+def _pass_keys(seed: int, key: tuple[int, ...], pass_: int) -> NDArray[np.uint64]:
+    words = key_sequence(_SOURCE_STREAM, seed, *key, pass_).generate_state(8, np.uint64)
+    keys = cast("NDArray[np.uint64]", words)
+    keys.flags.writeable = False
+    return keys
 
 
 def source_samples(
@@ -270,12 +197,14 @@ def source_samples(
         >>> sorted(first_pass.tolist())
         [0, 1, 2, 3, 4]
     """
-    out = np.empty(len(draws), dtype=np.int64)
+    draws = np.asarray(draws, dtype=np.int64)
     passes = draws // size
+    if not draws.size or passes[0] == passes[-1] == passes.min() == passes.max():
+        pass_ = int(passes[0]) if draws.size else 0
+        return feistel_permute(draws - pass_ * size, size, _pass_keys(seed, key, pass_))
+    out = np.empty(len(draws), dtype=np.int64)
     for pass_ in np.unique(passes).tolist():
         where = passes == pass_
-        keys = np.random.SeedSequence([seed, *key, pass_, _SOURCE_STREAM]).generate_state(
-            6, np.uint64
-        )
-        out[where] = feistel_permute(draws[where] % size, size, keys.astype(np.uint64))
+        keys = _pass_keys(seed, key, pass_)
+        out[where] = feistel_permute(draws[where] - pass_ * size, size, keys)
     return out

@@ -14,10 +14,11 @@ from numpy.typing import NDArray
 
 from lightning_resumable_data.datasets.mixture import MixtureDataset
 from lightning_resumable_data.index.mixture import (
+    MAX_SEGMENT,
+    Arrangement,
+    arrangement,
     check_weights,
-    counts_before,
     mixture_probabilities,
-    segment_slice,
     source_samples,
     target_counts,
 )
@@ -28,7 +29,8 @@ __all__ = ["MixturePhase", "MixtureSampler", "check_phases"]
 
 Weights = Mapping[str, float] | Sequence[float]
 
-_GLOBAL_CHUNK: Final = 1 << 18  # global positions computed at a time, whatever the world
+RANK_CHUNK: Final = 4096  # positions of this rank computed ahead at a time, whatever the world
+ORDER: Final = "blocks-leaves-feistel/2"  # the arrangement law (index.arrangement), in the state
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -93,6 +95,8 @@ class _Segment:
     stop: int
     counts: NDArray[np.int64]  # samples per source over the planned length
     key: tuple[int, int, int]
+    arrangement: Arrangement
+    base: NDArray[np.int64]  # draws of each source in the epoch before this segment
 
 
 class MixtureSampler(DistributedSampler):
@@ -161,8 +165,12 @@ class MixtureSampler(DistributedSampler):
         self.mixture = dataset
         budget = len(dataset) if samples_per_epoch is None else samples_per_epoch
         self.epoch_length = check_non_negative_int("samples_per_epoch", budget)
-        if self.epoch_length == 0:
-            raise ValueError("samples_per_epoch must be > 0.")
+        if not 0 < self.epoch_length <= MAX_SEGMENT:
+            raise ValueError(
+                f"samples_per_epoch={self.epoch_length:,} must be in [1, 2**53 = "
+                f"{MAX_SEGMENT:,}]: float64 weights give exact per-source counts only below "
+                "2**53. Use a smaller epoch (e.g. 10**12) and more epochs."
+            )
         self.num_samples = len(self)
         self.total_size = self.num_samples * self.num_replicas
         first = self._entry(0, 0, weights, temperature)
@@ -269,7 +277,9 @@ class MixtureSampler(DistributedSampler):
             raise ValueError(
                 f"update_weights(epoch={epoch}, position={position}) is too late: the order up "
                 f"to position {self.frontier} of epoch {self.epoch} is already computed "
-                "(prefetched). Schedule the change earlier, or pass a later position."
+                f"(prefetched). The earliest allowed position is {self.frontier} of epoch "
+                f"{self.epoch}; pass position >= {self.frontier}, or schedule the change "
+                "before reading."
             )
         if (epoch, position) < (last["epoch"], last["position"]):
             raise ValueError(
@@ -314,7 +324,8 @@ class MixtureSampler(DistributedSampler):
             for e in self._schedule[first + 1 :]
             if e["epoch"] == epoch and e["position"] < self.epoch_length
         ]
-        plan = []
+        plan: list[_Segment] = []
+        base = np.zeros(len(self.mixture.names), dtype=np.int64)
         for i, entry in enumerate(entries):
             start = entry["position"] if entry["epoch"] == epoch else 0
             stop = entries[i + 1]["position"] if i + 1 < len(entries) else self.epoch_length
@@ -325,56 +336,60 @@ class MixtureSampler(DistributedSampler):
             )
             probs = mixture_probabilities(entry["weights"], entry["temperature"])
             counts = target_counts(probs, end - start)
-            plan.append(_Segment(start, stop, counts, (epoch, start, end)))
+            layout = arrangement(counts, self.seed, (epoch, start, end))
+            plan.append(_Segment(start, stop, counts, (epoch, start, end), layout, base))
+            # A cut segment (stop < end) hands on the draws after those its leaves reserved.
+            base = base + (counts if stop == end else layout.reserved(stop - start))
         self._plans = {epoch: plan}
         return plan
 
     def _chunk_size(self) -> int:
-        return max(1, _GLOBAL_CHUNK // self.num_replicas)
+        return RANK_CHUNK
 
     def _order(self, epoch: int) -> Any:
         sizes = np.asarray(self.mixture.sizes, dtype=np.int64)
         offsets = np.asarray(list(self.mixture.offsets.values()), dtype=np.int64)
 
         def lookup(positions: NDArray[np.int64]) -> NDArray[np.int64]:
+            labels, draws = self._locate(epoch, positions)
+            order = np.argsort(labels, kind="stable")  # radix sort: groups by source
+            bounds = np.cumsum(np.bincount(labels, minlength=len(sizes)))
             out = np.empty(len(positions), dtype=np.int64)
-            runs = np.split(np.arange(len(positions)), np.flatnonzero(np.diff(positions) < 0) + 1)
-            for run in runs:
-                if not len(run):
-                    continue
-                where = positions[run]
-                labels, draws = self._global_slice(epoch, int(where[0]), int(where[-1]) + 1)
-                labels, draws = labels[where - where[0]], draws[where - where[0]]
-                for source in np.unique(labels).tolist():
-                    mask = labels == source
+            for source, (lo, hi) in enumerate(itertools.pairwise([0, *bounds.tolist()])):
+                if lo < hi:
+                    where = order[lo:hi]
                     local = source_samples(
-                        draws[mask], int(sizes[source]), self.seed, (epoch, source)
+                        draws[where], int(sizes[source]), self.seed, (epoch, source)
                     )
-                    out[run[mask]] = offsets[source] + local
+                    out[where] = offsets[source] + local
             return out
 
         return lookup
 
-    def _global_slice(
-        self, epoch: int, start: int, stop: int
+    def _locate(
+        self, epoch: int, positions: NDArray[np.int64]
     ) -> tuple[NDArray[np.int16], NDArray[np.int64]]:
-        """Sources and per-epoch draw numbers at global positions ``[start, stop)``."""
-        labels, draws = [], []
-        base = np.zeros(len(self.mixture.names), dtype=np.int64)
-        for segment in self._plan(epoch):
-            lo, hi = max(start, segment.start), min(stop, segment.stop)
-            if lo < hi:
-                seg_labels, seg_draws = segment_slice(
-                    segment.counts, self.seed, segment.key, lo - segment.start, hi - segment.start
-                )
-                labels.append(seg_labels)
-                draws.append(seg_draws + base[seg_labels])
-            if segment.stop >= stop:
-                break
-            base += counts_before(
-                segment.counts, self.seed, segment.key, segment.stop - segment.start
-            )
-        return np.concatenate(labels), np.concatenate(draws)
+        """Sources and per-epoch draw numbers at global ``positions`` (only those)."""
+        plan = self._plan(epoch)
+        if len(plan) == 1:
+            labels, draws = plan[0].arrangement.locate(positions)
+            return labels, draws + plan[0].base[labels]
+        labels = np.empty(len(positions), dtype=np.int16)
+        draws = np.empty(len(positions), dtype=np.int64)
+        starts = np.array([segment.start for segment in plan], dtype=np.int64)
+        which = np.searchsorted(starts, positions, side="right") - 1
+        ordered = bool(np.all(which[1:] >= which[:-1]))  # a rank's chunk, unless it wraps
+        bounds = np.searchsorted(which, np.arange(len(plan) + 1)) if ordered else None
+        for i, segment in enumerate(plan):
+            if bounds is not None:
+                where: slice | NDArray[np.intp] = slice(int(bounds[i]), int(bounds[i + 1]))
+            else:
+                where = np.flatnonzero(which == i)
+            found = positions[where] - segment.start
+            if len(found):
+                seg_labels, seg_draws = segment.arrangement.locate(found)
+                labels[where], draws[where] = seg_labels, seg_draws + segment.base[seg_labels]
+        return labels, draws
 
     def source_counts(
         self, consumed: int | None = None, epoch: int | None = None
@@ -391,7 +406,7 @@ class MixtureSampler(DistributedSampler):
             upto = min(consumed, segment.stop) - segment.start
             if upto <= 0:
                 break
-            totals += counts_before(segment.counts, self.seed, segment.key, upto)
+            totals += segment.arrangement.counts_before(upto)
         return dict(zip(self.mixture.names, totals.tolist(), strict=True))
 
     def __len__(self) -> int:
@@ -411,6 +426,7 @@ class MixtureSampler(DistributedSampler):
             "samples_per_epoch": self.epoch_length,
             "drop_last": self.drop_last,
             "initial": self._initial,
+            "order": ORDER,
         }
 
     def state_at(self, epoch: int, consumed: int) -> dict[str, Any]:
