@@ -7,7 +7,7 @@ state for the samplers of this package by one global position.
 
 from __future__ import annotations
 
-import copy
+import itertools
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sized
@@ -18,6 +18,7 @@ from torch.utils.data import BatchSampler, Dataset, IterableDataset, Sampler
 from torchdata.stateful_dataloader import StatefulDataLoader as _TorchdataLoader
 from torchdata.stateful_dataloader.sampler import BatchSampler as _TorchdataBatchSampler
 
+from lightning_resumable_data._progress import CountingIterator, Progress
 from lightning_resumable_data.randomness import worker_seed
 from lightning_resumable_data.samplers.distributed import check_non_negative_int
 from lightning_resumable_data.state import (
@@ -189,7 +190,7 @@ class StatefulDataLoader(_TorchdataLoader[Any]):
         if self.resume_mode == "position" and type(self.batch_sampler) is _TorchdataBatchSampler:
             # torchdata's BatchSampler keeps a resumable per-index Python loop we never use
             # (the position is the sampler's): torch's own is about 3x cheaper per index.
-            fast = BatchSampler(
+            fast = _LimitedBatchSampler(
                 self.batch_sampler.sampler,
                 self.batch_sampler.batch_size,
                 self.batch_sampler.drop_last,
@@ -202,9 +203,14 @@ class StatefulDataLoader(_TorchdataLoader[Any]):
         self.seed = check_non_negative_int("seed", sampler_seed if seed is None else seed)
         self._user_generator = generator is not None
         self.strict_resume = strict_resume
-        self._progress = _Progress()
+        self._progress = Progress()
         self._trained: int | None = None  # batches of the epoch the model trained on
-        self._live: weakref.ref[_CountingIterator] | None = None
+        self._live: weakref.ref[CountingIterator] | None = None
+        self._epoch_limit: int | None = None  # global samples an epoch ends at (a trainer's)
+        # (batches saved, the same position in batches of this layout) after a restore
+        # under another batch or world size; a trainer restates its own batch count.
+        self.layout_change: tuple[int, int] | None = None
+        self._serials = itertools.count()
         self._warned_replay = False
         self._check_batches_fit()
 
@@ -273,17 +279,66 @@ class StatefulDataLoader(_TorchdataLoader[Any]):
         """Read ``epoch`` next; its beginning unless a restored position is for ``epoch``."""
         epoch = check_non_negative_int("epoch", epoch)
         if epoch != self._progress.epoch:
-            self._progress = _Progress(epoch=epoch)
+            self._detach_live()
+            self._progress = Progress(epoch=epoch)
 
-    def _live_iterator(self) -> _CountingIterator | None:
+    def end_epoch(self) -> None:
+        """End the current epoch where it stands: the next pass reads the next epoch.
+
+        For a trainer that ends epochs before the data runs out (Lightning's
+        ``limit_train_batches``): :class:`~lightning_resumable_data.ResumableDataCallback`
+        calls it when Lightning ends the epoch, so a checkpoint written at that batch
+        already points at the next epoch.
+        """
+        self._detach_live()
+        self._progress.end_epoch()
+
+    def set_epoch_limit(self, samples: int | None) -> None:
+        """End every epoch after ``samples`` global samples (``None``: the sampler's end).
+
+        The trainer's epoch limit in samples (batches per epoch x batch size x world size),
+        so that an epoch resumed under another batch or world size ends at the same sample
+        as the uninterrupted run. Position mode with the loader's own batching only; other
+        loaders ignore it.
+        """
+        self._epoch_limit = None if samples is None else check_non_negative_int("samples", samples)
+
+    def _live_iterator(self) -> CountingIterator | None:
         live = self._live() if self._live is not None else None
         return live if live is not None and not live.finished else None
 
-    def __iter__(self) -> _CountingIterator:  # type: ignore[override]
-        if self._progress.iterating:
-            self._progress.end_epoch()  # abandoned mid-epoch: the next pass is the next epoch
+    def _detach_live(self) -> None:
+        live = self._live_iterator()
+        if live is not None:
+            live.detach()
+        self._live = None
+
+    def __iter__(self) -> CountingIterator:  # type: ignore[override]
+        """A new pass over the data; it fixes its position at its first ``next()``.
+
+        An iterator created and dropped without reading changes nothing. A pass started while
+        an earlier one has yielded batches of an unfinished epoch reads the next epoch.
+        """
+        length = super().__len__() if self._has_length() else None
+        return CountingIterator(self._progress, self._begin, length, next(self._serials))
+
+    def _has_length(self) -> bool:
+        try:
+            super().__len__()
+        except TypeError:
+            return False
+        return True
+
+    def _begin(self, iterator: CountingIterator) -> Iterator[Any]:
+        """Fix the position of ``iterator`` (its first ``next()``) and start reading."""
+        reader = self._progress.reader
+        if reader is not None and reader != iterator.serial:
+            self.end_epoch()  # torch's rule: a new pass after a partial one is a new epoch
+        elif self._epoch_done(self._progress):
+            self._progress.end_epoch()
         progress, sampler = self._progress, self.position_sampler
-        progress.iterating = True
+        iterator.progress = progress
+        progress.reader = iterator.serial
         if hasattr(sampler, "lock_epoch"):
             sampler.lock_epoch(progress.epoch)  # a trainer's set_epoch cannot move it now
         elif hasattr(sampler, "set_epoch"):
@@ -297,6 +352,10 @@ class StatefulDataLoader(_TorchdataLoader[Any]):
                 sampler.consumed,
                 progress.batches_yielded,
             )
+            if isinstance(self.batch_sampler, _LimitedBatchSampler):
+                self.batch_sampler.limit = self._rank_samples_before_limit(
+                    sampler, progress.base_consumed
+                )
         elif self.resume_mode == "skip" and hasattr(sampler, "state_dict"):
             # The sampler's state where this iteration begins: a resume loads it and skips
             # the batches yielded since (the sampler's live state runs ahead by the prefetch).
@@ -306,37 +365,48 @@ class StatefulDataLoader(_TorchdataLoader[Any]):
             self.generator = torch.Generator().manual_seed(
                 worker_seed(self.seed, progress.epoch, rank)
             )
-        # The iterator shares only the progress counter: no reference cycle back to the
-        # loader, so an abandoned iterator's workers shut down promptly.
-        live = _CountingIterator(progress, super().__iter__())
-        self._live = weakref.ref(live)
-        return live
+        self._live = weakref.ref(iterator)
+        return super().__iter__()
+
+    def _epoch_done(self, progress: Progress) -> bool:
+        """Whether the position is at the end of its epoch (position mode only)."""
+        sampler = self.position_sampler
+        if self.resume_mode != "position" or not isinstance(sampler, PositionSampler):
+            return False
+        consumed = self._consumed(progress, progress.batches_yielded)
+        return consumed > 0 and self._batches_left(sampler, consumed) == 0
+
+    def _rank_samples_before_limit(self, sampler: PositionSampler, consumed: int) -> int | None:
+        """Samples of this rank in ``[consumed, epoch limit)``; ``None`` without a limit."""
+        limit = self._epoch_limit
+        if limit is None or limit >= consumed + sampler.samples_left(consumed) * self._num_replicas:
+            return None
+        rank = int(getattr(sampler, "rank", 0))
+        return max(0, -(-(limit - consumed - rank) // self._num_replicas))
 
     def __len__(self) -> int:
-        """Batches in the current epoch.
+        """Batches in a whole epoch in the current layout (batch size and world size).
 
-        After a resume under another world size or batch size: the batches already trained
-        (counted in the old layout) plus the batches left.
+        An epoch resumed mid-way, or under another layout, ends earlier: its iterator stops
+        when the epoch's samples are used up.
         """
-        full = super().__len__()
-        progress, sampler = self._progress, self.position_sampler
-        if self.resume_mode != "position" or not isinstance(sampler, PositionSampler):
-            return full
-        if progress.resume_at is not None:
-            consumed, batches = progress.resume_at, progress.batches_yielded
-        elif progress.iterating:
-            consumed, batches = progress.base_consumed, progress.base_batches
-        else:
-            return full
-        return batches + self._batches_left(sampler, consumed) if consumed else full
+        return super().__len__()
 
     def _batches_left(self, sampler: PositionSampler, consumed: int) -> int:
+        if self._epoch_limit is not None and consumed >= self._epoch_limit:
+            return 0
         left = sampler.samples_left(consumed)
         return left // self._batch_samples if self.drop_last else -(-left // self._batch_samples)
 
+    def _consumed(self, progress: Progress, batches: int) -> int:
+        """Global samples consumed after ``batches`` batches of ``progress``'s epoch."""
+        if progress.resume_at is not None:  # restored, not iterated yet
+            return progress.resume_at
+        return progress.base_consumed + (batches - progress.base_batches) * self.samples_per_step
+
     @property
-    def _step_samples(self) -> int:
-        """Global samples consumed by one batch on every rank."""
+    def samples_per_step(self) -> int:
+        """Global samples consumed by one batch on every rank (batch size x world size)."""
         return self._batch_samples * self._num_replicas
 
     # -- state -----------------------------------------------------------------------------
@@ -358,7 +428,7 @@ class StatefulDataLoader(_TorchdataLoader[Any]):
         """
         self._trained = check_non_negative_int("batches", batches)
 
-    def _trained_view(self) -> tuple[_Progress, int]:
+    def _trained_view(self) -> tuple[Progress, int]:
         """The progress and batch count the state describes: trained, else yielded."""
         progress, trained = self._progress, self._trained
         if trained is None:
@@ -384,18 +454,15 @@ class StatefulDataLoader(_TorchdataLoader[Any]):
         sampler = self.position_sampler
         if self.resume_mode == "position":
             assert isinstance(sampler, PositionSampler)
-            counted = (
-                progress.base_consumed + (batches - progress.base_batches) * self._step_samples
-            )
-            if progress.resume_at is not None:  # restored, not iterated yet
-                counted = progress.resume_at
             # A short last batch counts less than a full one: cap at the epoch's end, known
             # from where this reading began (not from the sampler's live state, which a
             # trainer's own set_epoch may have moved).
             end = progress.base_consumed + sampler.samples_left(progress.base_consumed) * (
                 self._num_replicas
             )
-            consumed = min(counted, end)
+            consumed = min(self._consumed(progress, batches), end)
+            if self._epoch_limit is not None:
+                consumed = min(consumed, max(self._epoch_limit, progress.base_consumed))
             if self._batches_left(sampler, consumed) == 0:  # the epoch is over: say so
                 position.update(epoch=progress.epoch + 1, batches_yielded=0)
                 consumed = 0
@@ -449,13 +516,13 @@ class StatefulDataLoader(_TorchdataLoader[Any]):
                 f"max_epochs={self.max_epochs}. It belongs to a longer run; raise max_epochs "
                 "to continue it."
             )
+        self._detach_live()
         self._progress = self._restore(state_dict)
         self._trained = None
-        self._live = None
 
-    def _restore(self, state: dict[str, Any]) -> _Progress:
+    def _restore(self, state: dict[str, Any]) -> Progress:
         sampler = self.position_sampler
-        progress = _Progress(epoch=state["epoch"], batches_yielded=state["batches_yielded"])
+        progress = Progress(epoch=state["epoch"], batches_yielded=state["batches_yielded"])
         if self.resume_mode == "position":
             assert isinstance(sampler, PositionSampler)
             if (
@@ -479,8 +546,14 @@ class StatefulDataLoader(_TorchdataLoader[Any]):
                     ResumeWarning,
                     stacklevel=3,
                 )
-            # Batches keep the trainer's count (in the saved layout); the position is global.
             progress.resume_at = progress.base_consumed = state["consumed"]
+            self.layout_change = None
+            if (state["batch_size"], state["num_replicas"]) != (
+                self._batch_samples,
+                self._num_replicas,
+            ):  # the position is global; the batches done are restated in this layout
+                progress.batches_yielded = state["consumed"] // self.samples_per_step
+                self.layout_change = (state["batches_yielded"], progress.batches_yielded)
             progress.base_batches = progress.batches_yielded
         elif self.resume_mode == "skip":
             assert isinstance(sampler, SkippableSampler)
@@ -520,58 +593,13 @@ class StatefulDataLoader(_TorchdataLoader[Any]):
             )
 
 
-class _Progress:
-    """Where the loader stands: epoch, batches yielded, samples consumed before them."""
+class _LimitedBatchSampler(BatchSampler):
+    """torch's ``BatchSampler``, optionally stopping after ``limit`` samples of this pass."""
 
-    def __init__(self, epoch: int = 0, batches_yielded: int = 0) -> None:
-        self.epoch = epoch
-        self.batches_yielded = batches_yielded
-        self.base_consumed = 0  # global samples consumed when this epoch's reading began
-        self.base_batches = 0  # batches counted by then (a resume keeps the trainer's count)
-        self.origin: dict[str, Any] | None = None  # skip mode: sampler state at that start
-        self.resume_at: int | None = None  # position mode: restored, applied at __iter__
-        self.iterating = False  # an iterator of this epoch was started and has not ended
-        self.previous: _Progress | None = None  # the epoch before, as it ended
+    limit: int | None = None
 
-    def end_epoch(self) -> None:
-        self.previous = copy.copy(self)
-        self.previous.previous = None
-        self.epoch += 1
-        self.resume_at = None
-        self.batches_yielded = self.base_consumed = self.base_batches = 0
-        self.origin = None
-        self.iterating = False
-
-
-class _CountingIterator(Iterator[Any]):
-    """Counts the batches that leave the loader; ends the epoch when exhausted."""
-
-    def __init__(self, progress: _Progress, inner: Iterator[Any]) -> None:
-        self._progress = progress
-        self._inner = inner
-        self.finished = False
-
-    def __iter__(self) -> _CountingIterator:
-        return self
-
-    def __next__(self) -> Any:
-        if self.finished:
-            raise StopIteration
-        try:
-            batch = next(self._inner)
-        except StopIteration:
-            self.finished = True
-            self._progress.end_epoch()
-            raise
-        except (ConnectionResetError, EOFError, BrokenPipeError) as error:
-            # torch reports a worker that died while handing over a batch this way.
-            raise RuntimeError(
-                f"a DataLoader worker died while sending a batch ({type(error).__name__}: "
-                f"{error}); the loader position is still the last batch trained, so resuming "
-                "from the last checkpoint is exact."
-            ) from error
-        self._progress.batches_yielded += 1
-        return batch
-
-    def __len__(self) -> int:
-        return len(self._inner)  # type: ignore[arg-type]
+    def __iter__(self) -> Iterator[list[Any]]:
+        if self.limit is None:
+            return super().__iter__()
+        limited = itertools.islice(self.sampler, self.limit)
+        return iter(BatchSampler(limited, self.batch_size, self.drop_last))

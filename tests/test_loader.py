@@ -143,14 +143,70 @@ def test_loader_without_explicit_epoch_advances_and_reshuffles() -> None:
     )
 
 
-def test_an_abandoned_iterator_starts_the_next_epoch() -> None:
+def test_an_abandoned_iterator_starts_the_next_epoch_when_the_new_one_reads() -> None:
     loader = make_loader()
     next(iter(loader))
     assert loader.epoch == 0
     assert loader.batches_yielded == 1
+    second = iter(loader)
+    assert (loader.epoch, loader.batches_yielded) == (0, 1)  # nothing read yet
+    first_of_next = next(second).tolist()
+    assert (loader.epoch, loader.batches_yielded) == (1, 1)
+    epoch1 = make_loader()
+    epoch1.set_epoch(1)
+    assert first_of_next == as_ids(epoch1)[0]
+
+
+def test_iterators_created_and_dropped_unread_change_nothing() -> None:
+    """Lightning creates an iterator while setting up a fit and again per epoch."""
+    reference = as_ids(itertools.islice(iter(make_loader()), 5))
+    loader = make_loader()
+    for _ in range(3):
+        iter(loader)
+    got = as_ids(itertools.islice(iter(loader), 2))
     iter(loader)
-    assert loader.epoch == 1
-    assert loader.batches_yielded == 0
+    iter(loader)
+    state = loader.state_dict()
+    assert (state["epoch"], state["consumed"]) == (0, 8)
+    resumed = make_loader()
+    resumed.load_state_dict(state)
+    iter(resumed)
+    got += as_ids(itertools.islice(iter(resumed), 3))
+    assert got == reference
+
+
+def test_end_epoch_moves_to_the_next_epoch_and_the_state_says_so() -> None:
+    loader = make_loader()
+    it = iter(loader)
+    next(it)
+    loader.end_epoch()
+    assert loader.state_dict()["epoch"] == 1
+    assert loader.state_dict()["consumed"] == 0
+    assert next(it, None) is None  # the ended pass is over
+    epoch1 = as_ids(loader)
+    fresh = make_loader()
+    fresh.set_epoch(1)
+    assert epoch1 == as_ids(fresh)
+    assert loader.epoch == 2
+
+
+def test_epoch_limit_ends_every_epoch_at_the_same_sample_in_any_layout() -> None:
+    """A trainer's limit in samples: an epoch resumed under another batch size ends there."""
+    n, limit = 48, 24
+    loader = make_loader(n=n, batch_size=4)
+    loader.set_epoch_limit(limit)
+    first = as_ids(itertools.islice(iter(loader), 3))  # 12 samples
+    state = loader.state_dict()
+    resumed = make_loader(n=n, batch_size=8)
+    resumed.set_epoch_limit(limit)
+    resumed.load_state_dict(state)
+    assert resumed.layout_change == (3, 1)
+    rest = as_ids(resumed)
+    assert [len(b) for b in rest] == [8, 4]  # 12 more samples: a short batch at the limit
+    assert resumed.epoch == 1
+    epoch0 = [i for b in first + rest for i in b]
+    full = [i for b in as_ids(make_loader(n=n, batch_size=4)) for i in b]
+    assert epoch0 == full[:limit]
 
 
 def test_batch_sampler_over_our_sampler_resumes_by_position() -> None:

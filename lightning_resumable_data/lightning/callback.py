@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 import lightning.pytorch as pl
-from lightning.pytorch.utilities import rank_zero_warn
 from typing_extensions import override
 
 from lightning_resumable_data.lightning.datamodule import ResumableDataModule, _phase_dict
@@ -69,7 +69,7 @@ class ResumableDataCallback(pl.Callback):
         check_phases(self.phases)
         self.log_every_n_steps = log_every_n_steps
         self.allow_config_change = allow_config_change
-        self._check_epoch = False
+        self._epoch_started = True
 
     @property
     @override
@@ -97,18 +97,35 @@ class ResumableDataCallback(pl.Callback):
         return None
 
     @override
-    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._check_epoch = True
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        loader = self.train_loader(trainer)
+        self._epoch_started = False
+        if loader is None:
+            return
+        if loader.layout_change is not None:  # restate Lightning's batches in this layout
+            _restate_batch_progress(trainer, *loader.layout_change)
+            loader.layout_change = None
+        self._set_limit(trainer, loader)
 
-    def _compare_epochs(self, trainer: pl.Trainer, loader: StatefulDataLoader) -> None:
-        self._check_epoch = False
-        if loader.epoch != trainer.current_epoch:
-            rank_zero_warn(
-                f"The training loader is at epoch {loader.epoch} but the trainer at epoch "
-                f"{trainer.current_epoch}; the data order follows the loader's epoch. This "
-                "happens when the loader state and the trainer state come from different "
-                "checkpoints."
-            )
+    @override
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._epoch_started = True
+        loader = self.train_loader(trainer)
+        if loader is not None:
+            self._set_limit(trainer, loader)  # a reloaded loader may have another length
+
+    @staticmethod
+    def _set_limit(trainer: pl.Trainer, loader: StatefulDataLoader) -> None:
+        """Tell the loader where Lightning ends an epoch (``limit_train_batches``), in samples."""
+        batches = trainer.num_training_batches
+        try:
+            whole = len(loader)
+        except TypeError:
+            return
+        if math.isfinite(batches) and int(batches) < whole:
+            loader.set_epoch_limit(int(batches) * loader.samples_per_step)
+        else:
+            loader.set_epoch_limit(None)
 
     @override
     def on_train_batch_start(
@@ -116,9 +133,12 @@ class ResumableDataCallback(pl.Callback):
     ) -> None:
         loader = self.train_loader(trainer)
         if loader is not None:
-            if self._check_epoch:
-                self._compare_epochs(trainer, loader)
             loader.note_trained(batch_idx)
+        if not self._epoch_started:  # resumed mid-epoch: Lightning skipped the epoch start
+            self._epoch_started = True
+            bar = trainer.progress_bar_callback
+            if bar is not None and getattr(bar, "is_enabled", True):
+                bar.on_train_epoch_start(trainer, pl_module)  # restores its total and title
 
     @override
     def on_train_batch_end(
@@ -133,6 +153,10 @@ class ResumableDataCallback(pl.Callback):
         if loader is None:
             return
         loader.note_trained(batch_idx + 1)
+        if batch_idx + 1 >= trainer.num_training_batches:
+            # Lightning ends the epoch here, maybe before the data runs out
+            # (limit_train_batches): say so before a checkpoint of this batch is written.
+            loader.end_epoch()
         period = self.log_every_n_steps
         if period is None:  # the trainer's setting (set by its logger connector)
             period = int(getattr(trainer, "log_every_n_steps", 50))
@@ -190,3 +214,25 @@ class ResumableDataCallback(pl.Callback):
                 "phases, or pass ResumableDataCallback(allow_config_change=True) (and "
                 "ResumableDataModule(allow_config_change=True)) to accept the change."
             )
+
+
+def _restate_batch_progress(trainer: pl.Trainer, saved: int, now: int) -> None:
+    """Count Lightning's batches of the resumed epoch in the new batch and world size.
+
+    ``saved`` batches of the epoch were trained in the old layout; they are ``now`` batches
+    in this one, so Lightning ends the epoch (and validates, and steps the optimizer) by the
+    new layout's count. A checkpoint written at an epoch's last batch holds the next epoch's
+    start (``saved == 0``) while Lightning still counts the finished epoch: its count is
+    moved to this layout's end of epoch, where Lightning starts the next one.
+    """
+    progress = trainer.fit_loop.epoch_loop.batch_progress
+    counted = progress.current.ready
+    if saved == counted:
+        delta = now - saved
+    elif saved == 0 and counted > 0 and math.isfinite(trainer.num_training_batches):
+        delta = int(trainer.num_training_batches) - counted
+    else:
+        return
+    for counter in (progress.current, progress.total):
+        for name in ("ready", "started", "processed", "completed"):
+            setattr(counter, name, max(0, getattr(counter, name) + delta))

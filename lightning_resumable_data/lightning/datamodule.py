@@ -12,6 +12,7 @@ from typing_extensions import override
 
 from lightning_resumable_data.datasets.mixture import MixtureDataset
 from lightning_resumable_data.index.permutation import PermutationAlgorithm, check_algorithm
+from lightning_resumable_data.lightning.steps import limited_batches, step_position
 from lightning_resumable_data.loader import StatefulDataLoader
 from lightning_resumable_data.samplers.distributed import DistributedSampler, check_non_negative_int
 from lightning_resumable_data.samplers.mixture import MixturePhase, MixtureSampler, check_phases
@@ -32,9 +33,13 @@ class ResumableDataModule(pl.LightningDataModule):
     DeepSpeed, and model-parallel strategies with a data-parallel mesh), whatever launched
     the processes. The samplers subclass ``torch.utils.data.DistributedSampler``, so
     Lightning neither replaces nor wraps them, whatever ``use_distributed_sampler`` says.
-    Lightning saves the loader's state in the checkpoint and restores it on resume; pair the
-    module with :class:`~lightning_resumable_data.ResumableDataCallback` so that the saved
-    position is the one the model has trained on, and for mixture phases.
+    Lightning saves the loader's state in the checkpoint and restores it on resume. The
+    module adds a :class:`~lightning_resumable_data.ResumableDataCallback` to the trainer
+    when it has none (the callback tells the loader where Lightning's epochs end and which
+    batch the model trained on); pass one yourself for mixture phases or its options. A
+    loader rebuilt during a fit (``reload_dataloaders_every_n_epochs``) continues from the
+    position of the one it replaces. See ``docs/lightning.md`` for what each Trainer setting
+    does to the data order.
 
     Validation and test loaders are unshuffled and deterministic; with several ranks the
     last row is padded by wrapping around (``drop_last=False``), as torch does.
@@ -128,6 +133,17 @@ class ResumableDataModule(pl.LightningDataModule):
         self._loader_state: dict[str, Any] | None = None  # restored, applied at build
         self._saved_global_step = 0  # the optimizer step the restored position belongs to
 
+    @property
+    def trainer(self) -> pl.Trainer | None:
+        """The trainer this module is attached to (Lightning sets it in ``fit``)."""
+        return self._trainer
+
+    @trainer.setter
+    def trainer(self, trainer: pl.Trainer | None) -> None:
+        self._trainer = trainer
+        if trainer is not None:
+            _ensure_callback(trainer)
+
     # -- where this process stands ----------------------------------------------------------
 
     def world(self) -> tuple[int, int]:
@@ -142,7 +158,7 @@ class ResumableDataModule(pl.LightningDataModule):
 
     @override
     def train_dataloader(self) -> StatefulDataLoader:
-        """The training loader: built once per fit, resumable."""
+        """The training loader; a rebuilt one continues from the live position."""
         if self.train_dataset is None:
             raise ValueError(
                 "ResumableDataModule has no train_dataset: pass one, or assign "
@@ -185,6 +201,8 @@ class ResumableDataModule(pl.LightningDataModule):
                 sample_keys=self.sample_keys,
             )
         max_epochs = self.trainer.max_epochs if self.trainer is not None else None
+        if self._loader_state is None and self._reloading():
+            self._loader_state = self.train_loader.state_dict()  # type: ignore[union-attr]
         self.train_loader = StatefulDataLoader(
             dataset,
             batch_size=self.batch_size,
@@ -195,77 +213,79 @@ class ResumableDataModule(pl.LightningDataModule):
             **self._loader_options(),
         )
         if self._loader_state is not None:
-            # Restored before Lightning measures len(loader): after an elastic resume the
-            # current epoch has another number of batches, and Lightning reads it only once.
             self.train_loader.load_state_dict(self._loader_state)
             self._loader_state = None
         return self.train_loader
 
+    def _reloading(self) -> bool:
+        """Whether Lightning rebuilds the training loader in the middle of a fit."""
+        fit_loop = getattr(self.trainer, "fit_loop", None)
+        return (
+            self.train_loader is not None
+            and getattr(fit_loop, "_combined_loader", None) is not None
+        )
+
     def _schedule_phases(self, sampler: MixtureSampler) -> None:
         """Install the phases as weight changes at exact (epoch, position)s, before any read.
 
-        A step's position follows the current layout (batch size x world size). On a resume
+        A ``start_step`` phase starts with the first batch of that optimizer step, counted as
+        Lightning counts steps (``accumulate_grad_batches``, a step at every epoch's end,
+        ``limit_train_batches``) in the current layout (batch size x world size). On a resume
         under another layout, the phases already passed keep the saved positions (they come
-        with the restored state) and the later ones are placed from the resume point on.
+        with the restored state) and later ones are placed from the resume point on.
         """
         check_phases(self.phases)
         per_rank = len(sampler)
         batches = per_rank // self.batch_size if self.drop_last else -(-per_rank // self.batch_size)
+        trainer = self.trainer
+        limit = getattr(trainer, "limit_train_batches", 1.0)
+        batches = limited_batches(batches, limit if limit is not None else 1.0)
         if batches == 0:
             raise ValueError(
                 f"batch_size={self.batch_size} is larger than a rank's share of a mixture "
                 f"epoch ({per_rank}); lower it or raise samples_per_epoch."
             )
-        accumulate = getattr(self.trainer, "accumulate_grad_batches", 1) or 1
+        accumulate = int(getattr(trainer, "accumulate_grad_batches", 1) or 1)
         step_samples = self.batch_size * sampler.num_replicas
-        anchor = self._resume_anchor(sampler, accumulate)
-        if anchor is not None:
+        known = self._resume_point(sampler, step_samples)
+        if known:
             sampler.allow_schedule_change = True  # the phases were checked unchanged
         for phase in self.phases:
             if phase.start_epoch is not None:
                 epoch, position = phase.start_epoch, 0
-                if anchor is not None and (epoch, position) <= anchor[1:]:
+                if known and (epoch, position) <= (known["epoch"], known["consumed"]):
                     continue  # passed: the saved schedule has it
             else:
                 assert phase.start_step is not None
-                step_batches = phase.start_step * accumulate
-                if anchor is None:
-                    epoch, batch = divmod(step_batches, batches)
-                    position = batch * step_samples
-                else:
-                    resumed_batches, epoch, consumed = anchor
-                    if step_batches < resumed_batches:
-                        continue  # passed: the saved schedule has it
-                    ahead = step_batches - resumed_batches
-                    left = sampler.samples_left(consumed)
-                    left_batches = (
-                        left // self.batch_size if self.drop_last else -(-left // self.batch_size)
-                    )
-                    if ahead < left_batches:
-                        position = consumed + ahead * step_samples
-                    else:
-                        extra, batch = divmod(ahead - left_batches, batches)
-                        epoch, position = epoch + 1 + extra, batch * step_samples
+                if known and phase.start_step < known["from_step"]:
+                    continue  # passed: the saved schedule has it
+                epoch, position = step_position(
+                    phase.start_step,
+                    batches=batches,
+                    step_samples=step_samples,
+                    accumulate=accumulate,
+                    **known,
+                )
             sampler.update_weights(phase.weights, phase.temperature, epoch=epoch, position=position)
 
-    def _resume_anchor(
-        self, sampler: MixtureSampler, accumulate: int
-    ) -> tuple[int, int, int] | None:
-        """(batches trained, epoch, consumed) of a resume under a changed layout, else None."""
+    def _resume_point(self, sampler: MixtureSampler, step_samples: int) -> dict[str, int]:
+        """Where the resumed step begins, for a resume under a changed layout, else ``{}``."""
         state = self._loader_state
         if state is None:
-            return None
+            return {}
         same_layout = (state.get("batch_size"), state.get("num_replicas")) == (
             self.batch_size,
             sampler.num_replicas,
         )
         if same_layout:
-            return None  # the phases land where they did: the schedules must agree exactly
-        return (
-            self._saved_global_step * accumulate,
-            int(state["epoch"]),
-            int(state["consumed"]),
-        )
+            return {}  # the phases land where they did: the schedules must agree exactly
+        consumed = int(state["consumed"])
+        return {
+            "from_step": self._saved_global_step,
+            "epoch": int(state["epoch"]),
+            "batch": consumed // step_samples,
+            "consumed": consumed,
+        }
 
     def _eval_loader(self, dataset: Any) -> DataLoader[Any]:
         num_replicas, rank = self.world()
@@ -346,6 +366,13 @@ class ResumableDataModule(pl.LightningDataModule):
             for k in ("sources", "seed", "phases")
             if saved.get(k) != now[k]
         }
+        if changed.get("phases") and not now["phases"] and not self.allow_config_change:
+            raise StateMismatchError(
+                f"Cannot resume: the checkpoint's data position follows mixture phases "
+                f"{saved.get('phases')!r}, and this run has none. Add "
+                "ResumableDataCallback(phases=[MixturePhase(...), ...]) with the same phases "
+                "to the trainer's callbacks."
+            )
         if changed and not self.allow_config_change:
             details = "; ".join(f"{k}: saved {a!r}, now {b!r}" for k, (a, b) in changed.items())
             raise StateMismatchError(
@@ -369,6 +396,17 @@ class ResumableDataModule(pl.LightningDataModule):
                 + ". The rest of the epoch is spread over the new layout; every sample is "
                 "still seen once."
             )
+
+
+def _ensure_callback(trainer: pl.Trainer) -> None:
+    """Add a ``ResumableDataCallback`` to ``trainer`` unless it has one."""
+    from lightning_resumable_data.lightning.callback import ResumableDataCallback
+
+    callbacks = getattr(trainer, "callbacks", None)
+    if isinstance(callbacks, list) and not any(
+        isinstance(c, ResumableDataCallback) for c in callbacks
+    ):
+        callbacks.append(ResumableDataCallback())  # Lightning orders checkpointing last
 
 
 def _phase_dict(phase: MixturePhase) -> dict[str, Any]:

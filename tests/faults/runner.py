@@ -48,11 +48,11 @@ class RunResult:
 
 
 class ForkServer:
-    """A ``train.py --serve`` process: each :meth:`run` forks a fresh run from it."""
+    """A ``<script> --serve`` process: each :meth:`run` forks a fresh run from it."""
 
-    def __init__(self) -> None:
+    def __init__(self, script: Path = SCRIPT) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, str(SCRIPT), "--serve"],
+            [sys.executable, str(script), "--serve"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=run_env(),

@@ -30,14 +30,12 @@ per process that dominate a short run.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import io
 import json
 import os
 import signal
 import sys
 import time
-import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -48,6 +46,8 @@ import torch.multiprocessing  # imported once by the fork server
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.callbacks import ModelCheckpoint
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, run as a script
+from faults.forkserve import serve
 from lightning_resumable_data import (
     MixturePhase,
     ResumableDataCallback,
@@ -318,59 +318,8 @@ def main(argv: Sequence[str]) -> None:
     trainer.fit(Model(args.out, fault), datamodule=datamodule, ckpt_path=args.ckpt)
 
 
-# -- fork server ---------------------------------------------------------------------------
-
-
-def run_forked(argv: Sequence[str], log: str, timeout: float) -> dict[str, Any]:
-    """Run ``main(argv)`` in a forked child in a new session; wait at most ``timeout`` s."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    started = time.monotonic()
-    pid = os.fork()
-    if pid == 0:  # the child: a session (and process group) of its own
-        code = 1
-        try:
-            os.setsid()
-            fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            os.dup2(fd, 1)
-            os.dup2(fd, 2)
-            os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-            main(argv)
-            code = 0
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
-    timed_out = False
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() - started > timeout:
-            timed_out = True
-            os.killpg(pid, signal.SIGKILL)
-            _, status = os.waitpid(pid, 0)
-            break
-        time.sleep(0.02)
-    wall = time.monotonic() - started
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)  # loader workers or ranks that outlived the launcher
-    return {"rc": os.waitstatus_to_exitcode(status), "wall": wall, "timed_out": timed_out}
-
-
-def serve() -> None:
-    """Answer one run request per stdin line until stdin closes."""
-    while line := sys.stdin.readline():
-        request = json.loads(line)
-        result = run_forked(request["argv"], request["log"], float(request["timeout"]))
-        sys.stdout.write(json.dumps(result) + "\n")
-        sys.stdout.flush()
-
-
 if __name__ == "__main__":
     if sys.argv[1:] == ["--serve"]:
-        serve()
+        serve(main)
     else:
         main(sys.argv[1:])

@@ -1,0 +1,161 @@
+"""A small Lightning run under one Trainer setting that logs every batch's sample ids.
+
+Used by ``tests/matrix/test_trainer_settings.py``. Every rank appends one line per training
+batch, ``{"step", "epoch", "batch", "ids"}``, to ``OUT/ids_rank<r>.jsonl`` (the *ledger*).
+Checkpoints: ``OUT/ckpt/step=<k>.ckpt`` after every optimizer step, and
+``OUT/ckpt/epoch=<e>-end.ckpt`` at every epoch end (``save_on_train_epoch_end``). A run
+resumed with ``--ckpt`` writes its own ledger in its own ``--out``. ``--serve`` turns the
+module into a fork server (see ``faults/forkserve.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+import torch.multiprocessing  # imported once by the fork server
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, run as a script
+from faults.forkserve import serve
+
+from lightning_resumable_data import (
+    MixturePhase,
+    ResumableDataCallback,
+    ResumableDataModule,
+)
+
+N = 64
+SOURCES = {"web": (0, 40), "code": (40, 16), "math": (56, 8)}  # name: (first id, size)
+
+
+class Samples(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
+    """Sample ``i`` carries its global id (``start + i``) and a feature vector."""
+
+    def __init__(self, n: int, start: int = 0) -> None:
+        self.n, self.start = n, start
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        i = self.start + int(index)
+        return {"id": torch.tensor(i), "x": torch.full((4,), float(i % 7))}
+
+
+class Model(pl.LightningModule):
+    def __init__(self, out: Path) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+        self.out = out
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        line = {
+            "step": self.global_step,
+            "epoch": self.current_epoch,
+            "batch": batch_idx,
+            "ids": batch["id"].tolist(),
+        }
+        with (self.out / f"ids_rank{self.global_rank}.jsonl").open("a") as f:
+            f.write(json.dumps(line) + "\n")
+        loss: torch.Tensor = self.layer(batch["x"]).pow(2).mean()
+        return loss
+
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        self.log("val", self.layer(batch["x"]).mean(), sync_dist=True)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def parse(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--devices", type=int, default=1)
+    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--max-epochs", type=int, default=3)
+    parser.add_argument("--max-steps", type=int, default=-1)
+    parser.add_argument("--limit-train-batches", type=float, default=1.0)
+    parser.add_argument("--reload", type=int, default=0)
+    parser.add_argument("--val-check-interval", type=float, default=1.0)
+    parser.add_argument("--check-val-every", type=int, default=1)
+    parser.add_argument("--sanity", type=int, default=0)
+    parser.add_argument("--validate", action="store_true")
+    parser.add_argument("--accumulate", type=int, default=1)
+    parser.add_argument("--phase-step", type=int, help="a mixture with a phase at this step")
+    parser.add_argument("--workers", type=int, default=0)
+    parser.add_argument("--no-callback", action="store_true")
+    parser.add_argument("--ckpt")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str]) -> None:
+    args = parse(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    train: Any = Samples(N)
+    weights, samples_per_epoch, phases = None, None, []
+    if args.phase_step is not None:
+        train = {name: Samples(size, start) for name, (start, size) in SOURCES.items()}
+        weights = {"web": 0.5, "code": 0.3, "math": 0.2}
+        samples_per_epoch = N
+        phases = [
+            MixturePhase(start_step=args.phase_step, weights={"web": 0.2, "code": 0.3, "math": 0.5})
+        ]
+    callbacks: list[pl.Callback] = [
+        ModelCheckpoint(
+            dirpath=args.out / "ckpt", filename="{step}", every_n_train_steps=1, save_top_k=-1
+        ),
+        ModelCheckpoint(
+            dirpath=args.out / "ckpt",
+            filename="{epoch}-end",
+            every_n_epochs=1,
+            save_top_k=-1,
+            save_on_train_epoch_end=True,
+        ),
+    ]
+    if not args.no_callback:
+        callbacks.append(ResumableDataCallback(phases=phases, log_every_n_steps=0))
+    datamodule = ResumableDataModule(
+        train,
+        val_dataset=Samples(10) if args.validate else None,
+        batch_size=args.batch_size,
+        weights=weights,
+        samples_per_epoch=samples_per_epoch,
+        seed=3,
+        num_workers=args.workers,
+        persistent_workers=args.workers > 0,
+    )
+    limit = args.limit_train_batches
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=args.devices,
+        strategy="ddp_fork" if args.devices > 1 else "auto",
+        max_epochs=args.max_epochs,
+        max_steps=args.max_steps,
+        limit_train_batches=int(limit) if limit > 1 else limit,
+        reload_dataloaders_every_n_epochs=args.reload,
+        val_check_interval=args.val_check_interval,
+        check_val_every_n_epoch=args.check_val_every,
+        num_sanity_val_steps=args.sanity,
+        limit_val_batches=2 if args.validate else 0,
+        accumulate_grad_batches=args.accumulate,
+        callbacks=callbacks,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=args.out,
+    )
+    trainer.fit(Model(args.out), datamodule=datamodule, ckpt_path=args.ckpt)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--serve"]:
+        serve(main)
+    else:
+        main(sys.argv[1:])
