@@ -3,8 +3,13 @@
 Run from the repository root::
 
     .venv/bin/python benchmarks/bench_mixture.py              # full run (a few minutes)
-    .venv/bin/python benchmarks/bench_mixture.py --quick      # CI smoke (under 30 s)
+    .venv/bin/python benchmarks/bench_mixture.py --quick      # CI smoke (under a minute)
     .venv/bin/python benchmarks/bench_mixture.py --sizes 1e7 --repeat 3
+    .venv/bin/python benchmarks/tables.py                     # docs table from the JSON
+
+The results are also written as JSON (``--json``, default
+``benchmarks/results/mixture.json``); ``benchmarks/tables.py`` rewrites the W-scaling table
+of ``docs/benchmarks.md`` from it.
 
 The mixture: three sources ``a``, ``b``, ``c`` of sizes in ratio 6:3:1 (``range`` objects,
 so reading indices costs nothing but the sampler), ``N`` samples in all, weights
@@ -14,7 +19,14 @@ before iterating), ``samples_per_epoch=N``, ``drop_last=True``, ``seed=0``, rank
 ``--world`` (default 8). After the change ``c`` is oversampled (3.5 passes over it in the
 epoch), so the multi-pass path is exercised.
 
-For every ``N`` in ``--sizes`` (default 1e7, 1e8) it measures, beside the mixture, the plain
+**W-scaling** (the first table): for every ``N`` in ``--sizes`` (default 4e6, 1e8; ``--quick``:
+4e6) and every world size ``W`` in ``--worlds`` (default 1, 8, 64, 512), the CPU seconds
+(``time.process_time``) of rank 0's full epoch, mixture against the plain sampler with
+``algorithm="feistel"`` over ``range(N)``, and their ratio. A mixture rank computes only its
+own positions, so both fall as ``N / W``. Targets: within 3x of the plain sampler at
+``W = 512``, at least 2 M indices/s at ``W = 1``.
+
+For every ``N`` it also measures, at ``--world`` (default 8), beside the mixture, the plain
 ``lightning_resumable_data.DistributedSampler`` over ``range(N)`` (same rank, world, seed,
 epoch and drop_last) with ``algorithm="randperm"`` (torch's order) and ``"feistel"``:
 
@@ -35,6 +47,9 @@ Count checks, for the mixture only:
   read, and the per-source counts realised in each half (by global position) must equal the
   same targets, every index must be in range, and each sample of a source must appear
   ``floor`` or ``ceil`` of (its draws / its size) times (no repeat before a pass is used up).
+  It also measures the relaxed order of the passes: the largest overlap, in global
+  positions, between the end of a source's pass and the start of its next pass (at most one
+  leaf of the arrangement, ``index.arrangement.LEAF_SIZE``).
 
 Every measurement runs in a fresh subprocess (this script with ``--case``), pinned to one
 CPU with one torch/OpenMP/MKL thread. Peak memory is the growth of ``ru_maxrss`` over a
@@ -60,13 +75,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from _harness import (
+    REPO_ROOT,
     Json,
     argument_parser,
     best_time,
     fmt_n,
     highest_peak,
+    load_average,
     mark,
     one_torch_thread,
+    package_version,
     parse_count,
     parse_counts,
     peak_kib,
@@ -85,6 +103,10 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
 RANK = 0
+WORLDS = (1, 8, 64, 512)
+TARGET_RATIO_W512 = 3.0  # mixture CPU time / feistel CPU time at W = 512
+TARGET_RATE_W1 = 2e6  # mixture indices per second at W = 1
+RESULTS = "benchmarks/results/mixture.json"
 SEED = 0
 EPOCH = 0
 NAMES = ("a", "b", "c")
@@ -99,6 +121,7 @@ FLAT_RESUME_SLACK_S = 0.050
 
 Impl = Literal["mixture", "randperm", "feistel"]
 IMPLS: tuple[Impl, ...] = ("mixture", "randperm", "feistel")
+SCALING_IMPLS: tuple[Impl, ...] = ("mixture", "feistel")
 Mode = Literal["epoch", "resume", "counts"]
 MODES: tuple[Mode, ...] = ("epoch", "resume", "counts")
 
@@ -120,6 +143,7 @@ class Result:
     case: Case
     count: int = 0  # indices timed (epoch)
     seconds: float = float("nan")  # epoch loop, or load_state_dict -> first index
+    cpu_seconds: float = float("nan")  # epoch loop, process CPU time
     peak_mib: float = float("nan")
     save_seconds: float = float("nan")  # resume: state_at on the saving sampler
     ok: bool | None = None  # the case's own check, None if it has none
@@ -214,15 +238,17 @@ def run_epoch(case: Case) -> dict[str, Any]:
     sampler.set_epoch(EPOCH)
     baseline = peak_kib()
 
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     for _ in sampler:
         pass
+    cpu_seconds = time.process_time() - cpu_start
     seconds = time.perf_counter() - start
     peak_mib = peak_mib_since(baseline)
 
     result: dict[str, Any] = {
         "count": len(sampler),
         "seconds": seconds,
+        "cpu_seconds": cpu_seconds,
         "peak_mib": peak_mib,
         "ok": None,
         "detail": {},
@@ -308,6 +334,7 @@ def run_counts(case: Case) -> dict[str, Any]:
 
     targets = phase_targets(n)
     drawn = realised.sum(axis=0)
+    window = pass_overlap(cast(MixtureSampler, make_sampler("mixture", n, 1, 0, schedule=True)))
     copy_ranges = [[int(c.min()), int(c.max())] for c in copies]
     balanced = all(
         lo == drawn[j] // sizes[j] and hi == -(-drawn[j] // sizes[j])
@@ -322,8 +349,30 @@ def run_counts(case: Case) -> dict[str, Any]:
             "copies": copy_ranges,
             "in_range": in_range,
             "read": read,
+            "pass_overlap": window,
         },
     }
+
+
+def pass_overlap(sampler: Any) -> list[int]:
+    """Per source, the largest overlap (global positions) between consecutive passes."""
+    import numpy as np
+
+    from lightning_resumable_data.index.arrangement import LEAF_SIZE
+
+    n, sizes = sampler.epoch_length, np.asarray(sampler.mixture.sizes, dtype=np.int64)
+    passes = int((n // sizes.min()) + 2)
+    first = np.full((len(sizes), passes), n, dtype=np.int64)
+    last = np.full((len(sizes), passes), -1, dtype=np.int64)
+    for begin in range(0, n, LEAF_SIZE):
+        positions = np.arange(begin, min(n, begin + LEAF_SIZE), dtype=np.int64)
+        labels, draws = sampler._locate(EPOCH, positions)
+        cells = labels.astype(np.int64) * passes + draws // sizes[labels]
+        np.minimum.at(first.reshape(-1), cells, positions)
+        np.maximum.at(last.reshape(-1), cells, positions)
+    overlap = np.maximum(last[:, :-1] - first[:, 1:] + 1, 0)
+    overlap[(last[:, :-1] < 0) | (first[:, 1:] >= n)] = 0
+    return [int(v) for v in overlap.max(axis=1)]
 
 
 def run_case(case: Case) -> dict[str, Any]:
@@ -356,6 +405,7 @@ def measure(case: Case, repeat: int) -> Result:
         case,
         count=int(runs[0].get("count", 0)),
         seconds=best_time(runs),
+        cpu_seconds=best_time(runs, "cpu_seconds"),
         peak_mib=highest_peak(runs),
         save_seconds=best_time(runs, "save_seconds"),
         ok=None if oks[0] is None else all(oks),
@@ -363,29 +413,96 @@ def measure(case: Case, repeat: int) -> Result:
     )
 
 
-def plan(sizes: Sequence[int], world: int, check_max: int) -> list[Case]:
-    """The cases to run, in table order."""
-    cases = []
+def plan(sizes: Sequence[int], world: int, check_max: int, worlds: Sequence[int]) -> list[Case]:
+    """The cases to run: the W-scaling grid, then the main table, then the count checks."""
+    cases = [Case(impl, "epoch", n, w) for n in sizes for w in worlds for impl in SCALING_IMPLS]
     for n in sizes:
-        cases += [Case(impl, mode, n, world) for mode in ("epoch", "resume") for impl in IMPLS]
+        cases += [Case(impl, "epoch", n, world) for impl in IMPLS]
+        cases += [Case(impl, "resume", n, world) for impl in IMPLS]
         if n <= check_max:
             cases.append(Case("mixture", "counts", n, world))
-    return cases
+    unique = dict.fromkeys(cases)  # the grid already holds (mixture, feistel) at --world
+    return list(unique)
 
 
 def _name(impl: Impl) -> str:
     return "MixtureSampler" if impl == "mixture" else f"DistributedSampler ({impl})"
 
 
-def _find(results: Sequence[Result], impl: Impl, mode: Mode, n: int) -> Result | None:
+def _find(
+    results: Sequence[Result], impl: Impl, mode: Mode, n: int, world: int | None = None
+) -> Result | None:
     return next(
         (
             r
             for r in results
-            if r.error is None and (r.case.impl, r.case.mode, r.case.n) == (impl, mode, n)
+            if r.error is None
+            and (r.case.impl, r.case.mode, r.case.n) == (impl, mode, n)
+            and world in (None, r.case.world)
         ),
         None,
     )
+
+
+def render_scaling(
+    results: Sequence[Result], sizes: Sequence[int], worlds: Sequence[int]
+) -> tuple[list[str], list[str], list[Json]]:
+    """The W-scaling table, its verdicts, and its rows as JSON."""
+    lines = table_header(
+        "N",
+        "W",
+        "rank-0 indices",
+        "mixture CPU s",
+        "feistel CPU s",
+        "mixture / feistel",
+        "mixture M indices/s",
+    )
+    rows: list[Json] = []
+    verdict = []
+    for n in sizes:
+        for w in worlds:
+            mix = _find(results, "mixture", "epoch", n, w)
+            plain = _find(results, "feistel", "epoch", n, w)
+            if mix is None or plain is None:
+                lines.append(table_row([fmt_n(n), str(w), "FAILED"], width=7))
+                continue
+            ratio = mix.cpu_seconds / plain.cpu_seconds
+            rate = mix.count / mix.cpu_seconds
+            lines.append(
+                table_row(
+                    [
+                        fmt_n(n),
+                        str(w),
+                        f"{mix.count:,}",
+                        f"{mix.cpu_seconds:.3f}",
+                        f"{plain.cpu_seconds:.3f}",
+                        f"{ratio:.1f}x",
+                        f"{rate / 1e6:.2f}",
+                    ]
+                )
+            )
+            rows.append(
+                {
+                    "n": n,
+                    "world": w,
+                    "count": mix.count,
+                    "mixture_cpu_s": mix.cpu_seconds,
+                    "feistel_cpu_s": plain.cpu_seconds,
+                    "ratio": ratio,
+                    "mixture_rate": rate,
+                }
+            )
+            if w == 512:
+                verdict.append(
+                    f"N={fmt_n(n)}, W=512: mixture {ratio:.1f}x the feistel sampler's CPU time "
+                    f"(target <= {TARGET_RATIO_W512:g}x) — {mark(ratio <= TARGET_RATIO_W512)}"
+                )
+            if w == 1:
+                verdict.append(
+                    f"N={fmt_n(n)}, W=1: mixture {rate / 1e6:.2f} M indices/s (target >= "
+                    f"{TARGET_RATE_W1 / 1e6:g} M) — {mark(rate >= TARGET_RATE_W1)}"
+                )
+    return lines, verdict, rows
 
 
 def _check_text(ok: bool | None, passed: str, failed: str) -> str:
@@ -408,10 +525,11 @@ def render(results: Sequence[Result], sizes: Sequence[int]) -> tuple[list[str], 
         "checks",
     )
     all_ok = not any(r.error for r in results)
+    world = next((r.case.world for r in results if r.case.mode == "resume"), None)
     for n in sizes:
-        mixture = _find(results, "mixture", "epoch", n)
+        mixture = _find(results, "mixture", "epoch", n, world)
         for impl in IMPLS:
-            epoch = _find(results, impl, "epoch", n)
+            epoch = _find(results, impl, "epoch", n, world)
             resume = _find(results, impl, "resume", n)
             failed = [
                 r
@@ -459,7 +577,7 @@ def render_counts(results: Sequence[Result], sizes: Sequence[int]) -> tuple[list
     )
     all_ok = True
     for n in sizes:
-        epoch = _find(results, "mixture", "epoch", n)
+        epoch = _find(results, "mixture", "epoch", n, counts_world(results))
         counts = _find(results, "mixture", "counts", n)
         if epoch is None:  # the targets come from the child: the parent imports no package
             lines.append(table_row([fmt_n(n), "FAILED: mixture epoch case"], width=8))
@@ -496,23 +614,30 @@ def render_counts(results: Sequence[Result], sizes: Sequence[int]) -> tuple[list
             f"N={fmt_n(r.case.n)}: read all {r.case.world} ranks ({d['read']:,} indices, "
             f"{r.seconds:.1f} s, untimed check): in range: {d['in_range']}; realised counts "
             f"= targets and copies per sample = floor/ceil(draws / size): "
-            f"{'yes' if r.ok else 'NO'}"
+            f"{'yes' if r.ok else 'NO'}; largest overlap of consecutive passes, per source: "
+            f"{d['pass_overlap']} positions"
         )
     return lines, all_ok
+
+
+def counts_world(results: Sequence[Result]) -> int | None:
+    """The world size of the main table (that of the resume cases)."""
+    return next((r.case.world for r in results if r.case.mode == "resume"), None)
 
 
 def verdicts(results: Sequence[Result], sizes: Sequence[int]) -> list[str]:
     """Summary lines: the mixture beside the plain sampler, and the flatness claims."""
     lines = []
+    world = counts_world(results)
     for n in sizes:
-        mix = _find(results, "mixture", "epoch", n)
+        mix = _find(results, "mixture", "epoch", n, world)
         mix_resume = _find(results, "mixture", "resume", n)
         if mix is None:
             lines.append(f"N={fmt_n(n)}: mixture n/a (failed)")
             continue
         parts = []
         for impl in IMPLS[1:]:
-            plain = _find(results, impl, "epoch", n)
+            plain = _find(results, impl, "epoch", n, world)
             plain_resume = _find(results, impl, "resume", n)
             if plain is None or plain_resume is None or mix_resume is None:
                 parts.append(f"{impl} n/a")
@@ -528,7 +653,10 @@ def verdicts(results: Sequence[Result], sizes: Sequence[int]) -> list[str]:
         (
             r
             for r in results
-            if r.error is None and r.case.impl == "mixture" and r.case.mode == "epoch"
+            if r.error is None
+            and r.case.impl == "mixture"
+            and r.case.mode == "epoch"
+            and r.case.world == world
         ),
         key=lambda r: r.case.n,
     )
@@ -564,16 +692,51 @@ def verdicts(results: Sequence[Result], sizes: Sequence[int]) -> list[str]:
     return lines
 
 
+def write_json(
+    args: argparse.Namespace,
+    rows: list[Json],
+    verdict: list[str],
+    results: Sequence[Result],
+    tables: dict[str, list[str]],
+) -> None:
+    """Write the W-scaling rows (and how they were measured) to ``args.json``."""
+    counts = [r for r in results if r.case.mode == "counts" and r.error is None]
+    document = {
+        "command": "benchmarks/bench_mixture.py" + (" --quick" if args.quick else ""),
+        "python": python_version(),
+        "numpy": package_version("numpy"),
+        "load_average": load_average(),
+        "conditions": "rank 0, one thread pinned to one CPU, fresh process per case, "
+        f"best of {args.repeat}; CPU seconds (time.process_time) of one full epoch",
+        "scaling": rows,
+        "verdicts": verdict,
+        "pass_overlap": {str(r.case.n): r.detail["pass_overlap"] for r in counts},
+        "world": args.world,
+        "tables": tables,  # the main and per-source count tables, as printed (Markdown)
+    }
+    path = REPO_ROOT / args.json
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document, indent=2) + "\n")
+    progress(f"wrote {path.relative_to(REPO_ROOT)}")
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """Command-line interface (parent and ``--case`` child modes)."""
     parser = argument_parser(__doc__)
     parser.add_argument(
         "--sizes",
         type=parse_counts,
-        default=[10**7, 10**8],
-        help="total samples of the three sources (default 1e7,1e8)",
+        default=[4 * 10**6, 10**8],
+        help="total samples of the three sources (default 4e6,1e8)",
     )
-    parser.add_argument("--quick", action="store_true", help="CI smoke: --sizes 1e6 (< 30 s)")
+    parser.add_argument(
+        "--worlds",
+        type=parse_counts,
+        default=list(WORLDS),
+        help="world sizes of the W-scaling table (default 1,8,64,512)",
+    )
+    parser.add_argument("--quick", action="store_true", help="CI smoke: --sizes 4e6")
+    parser.add_argument("--json", default=RESULTS, help=f"results file (default {RESULTS})")
     parser.add_argument("--repeat", type=parse_count, default=1, help="best of k (default 1)")
     parser.add_argument(
         "--world", type=parse_count, default=8, help="data-parallel world size (default 8)"
@@ -595,7 +758,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark (or, with ``--case``, one measurement) and return the exit code."""
     args = parse_args(argv)
     minimum = 2 * (RESUME_OFFSET + RESUME_WINDOW) * args.world
-    if any(n < minimum for n in [*args.sizes, *([args.n] if args.n else [])]):
+    if args.case is None and any(n < minimum for n in args.sizes):
         raise SystemExit(f"sizes must be >= {minimum:,} for --world {args.world}")
     if args.case is not None:
         if args.n is None:
@@ -605,8 +768,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
     if args.quick:
-        args.sizes = [10**6]
-    cases = plan(args.sizes, args.world, args.check_max)
+        args.sizes = [4 * 10**6]
+    cases = plan(args.sizes, args.world, args.check_max, args.worlds)
     print(
         f"# MixtureSampler vs DistributedSampler: rank {RANK} of {args.world}, seed={SEED}, "
         f"epoch {EPOCH}, drop_last=True; sources {'/'.join(NAMES)} sized "
@@ -619,15 +782,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     for case in cases:
         result = measure(case, args.repeat)
         status = result.error or f"{result.seconds:.3f} s, {result.peak_mib:.1f} MiB"
-        progress(f"  {case.impl:>8} {case.mode:<6} N={fmt_n(case.n):<6} {status}")
+        progress(f"  {case.impl:>8} {case.mode:<6} N={fmt_n(case.n):<6} W={case.world:<4} {status}")
         results.append(result)
 
+    scaling, scaling_verdicts, rows = render_scaling(results, args.sizes, args.worlds)
+    print_block(scaling)
+    print_block(scaling_verdicts)
     table, table_ok = render(results, args.sizes)
     counts, counts_ok = render_counts(results, args.sizes)
     print_block(table)
     print_block(counts)
     print_block(verdicts(results, args.sizes))
     all_ok = table_ok and counts_ok
+    write_json(args, rows, scaling_verdicts, results, {"main": table, "counts": counts})
     if not all_ok:
         print("\nFAILED: a case crashed or a check failed (see tables).")
     return 0 if all_ok else 1

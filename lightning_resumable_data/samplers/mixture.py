@@ -104,10 +104,14 @@ class MixtureSampler(DistributedSampler):
 
     Each epoch has ``samples_per_epoch`` global samples (default: the mixture's size). The
     weights in force (``p ~ w ** (1 / temperature)``) set exact per-source counts (rounded to
-    sum to the budget); the order is a uniformly random arrangement of them, and each source
-    serves its draws from its own keyed permutation, reshuffled on each pass, so a source
-    repeats a sample only after it has used all of them. Ranks stride over the global order
-    like :class:`DistributedSampler`, so the same elastic resume applies.
+    sum to the budget); the order is a random arrangement of them
+    (:mod:`~lightning_resumable_data.index.arrangement`: stratified blocks of ``2**29``
+    positions, uniform within a block), and each source serves its draws from its own keyed
+    permutation, reshuffled on each pass, so a source repeats a sample only after it has used
+    all of them, up to a window of one leaf (``2**20`` positions) where consecutive passes
+    may overlap. Ranks stride over the global order like :class:`DistributedSampler`, so the
+    same elastic resume applies; a rank computes only its own positions (cost ``N / W`` per
+    epoch), at most ``RANK_CHUNK`` (4,096) of them ahead of what it has yielded.
 
     The schedule of weight changes is part of the state: :meth:`update_weights` records the
     (epoch, position) a change starts at (schedule changes before reading, as
@@ -116,8 +120,9 @@ class MixtureSampler(DistributedSampler):
     exactly.
 
     State keys: those of :class:`DistributedSampler` (fingerprint: ``sources``, ``sizes``,
-    ``seed``, ``samples_per_epoch``, ``drop_last``, ``initial``), plus ``schedule``: the list
-    of changes, each ``{"epoch", "position", "weights", "temperature", "plan_end"}``.
+    ``seed``, ``samples_per_epoch``, ``drop_last``, ``initial``, ``order``: the arrangement
+    law, :data:`ORDER`), plus ``schedule``: the list of changes, each ``{"epoch",
+    "position", "weights", "temperature", "plan_end"}``, and ``source_counts``.
 
     Args:
         dataset: The :class:`MixtureDataset`.
@@ -127,7 +132,7 @@ class MixtureSampler(DistributedSampler):
         seed: Seed of the order.
         temperature: Temperature applied to the weights, > 0.
         drop_last: Drop the ragged tail of an epoch instead of padding it.
-        samples_per_epoch: Global samples in an epoch.
+        samples_per_epoch: Global samples in an epoch, at most ``2**53``.
         sample_keys: Yield :class:`~lightning_resumable_data.SampleKey` indices.
 
     Example:
@@ -250,15 +255,27 @@ class MixtureSampler(DistributedSampler):
         """Change the weights from global ``position`` of ``epoch`` on.
 
         By default the change starts where this epoch's order has not been computed yet
-        (:attr:`frontier`: the next sample if nothing is prefetched). For a change at an exact
-        step on every rank, pass ``position`` (the Lightning callback does). A change cannot
-        start where the order has already been computed (prefetched samples would differ).
+        (:attr:`frontier`: at most ``RANK_CHUNK * num_replicas`` positions past what was
+        yielded). For a change at an exact step on every rank, pass ``position`` (the
+        Lightning callback does): any position from the frontier on is accepted. A change
+        cannot start where the order has already been computed (prefetched samples would
+        differ); the error names the earliest allowed position.
 
         The segment it interrupts keeps the arrangement it was planned with (its prefix is
         used), so the result depends only on the sequence of calls, never on timing.
 
         Raises:
             ValueError: Bad weights or temperature, or a position already computed.
+
+        Example:
+            >>> mix = MixtureDataset({"web": range(100), "code": range(10)})
+            >>> sampler = MixtureSampler(mix, [1.0, 1.0], 1, 0, samples_per_epoch=10**6)
+            >>> first = next(iter(sampler))
+            >>> sampler.frontier
+            4096
+            >>> sampler.update_weights([1.0, 3.0], position=sampler.frontier)
+            >>> sampler.weights_at(0, 4096)
+            {'web': 0.25, 'code': 0.75}
         """
         epoch = self.epoch if epoch is None else check_non_negative_int("epoch", epoch)
         if position is None:

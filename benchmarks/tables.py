@@ -1,0 +1,101 @@
+"""Rewrite the generated tables of ``docs/benchmarks.md`` from the benchmarks' JSON results.
+
+Run from the repository root after a benchmark run::
+
+    .venv/bin/python benchmarks/bench_mixture.py --quick   # writes benchmarks/results/mixture.json
+    .venv/bin/python benchmarks/tables.py                  # rewrites the marked block
+
+A generated block sits between ``<!-- NAME -->`` and ``<!-- /NAME -->`` lines; everything
+between them is replaced, nothing outside them is touched, so no number is typed by hand.
+``--check`` exits with status 1 if the page is not what the JSON gives (for CI).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from _harness import REPO_ROOT, fmt_n, table_header, table_row
+
+PAGE = REPO_ROOT / "docs" / "benchmarks.md"
+MIXTURE = REPO_ROOT / "benchmarks" / "results" / "mixture.json"
+
+
+def mixture_table(results: dict[str, Any]) -> list[str]:
+    """The W-scaling table of ``bench_mixture.py``, its conditions and verdicts."""
+    lines = [
+        f"`{results['command']}`: {results['conditions']}; Python {results['python']}, "
+        f"NumPy {results['numpy']}, {results['load_average']} at the end of the run.",
+        "",
+        *table_header(
+            "N",
+            "W",
+            "rank-0 indices",
+            "mixture CPU s",
+            "feistel CPU s",
+            "mixture / feistel",
+            "mixture M indices/s",
+        ),
+    ]
+    for row in results["scaling"]:
+        cells = [
+            fmt_n(row["n"]),
+            str(row["world"]),
+            f"{row['count']:,}",
+            f"{row['mixture_cpu_s']:.3f}",
+            f"{row['feistel_cpu_s']:.3f}",
+            f"{row['ratio']:.1f}x",
+            f"{row['mixture_rate'] / 1e6:.2f}",
+        ]
+        lines.append(table_row(cells))
+    lines.append("")
+    lines += [f"- {verdict}" for verdict in results["verdicts"]]
+    for n, overlap in results.get("pass_overlap", {}).items():
+        lines.append(
+            f"- N={fmt_n(int(n))}: largest overlap of a source's consecutive passes, per "
+            f"source: {', '.join(f'{v:,}' for v in overlap)} positions (bound: one leaf)."
+        )
+    tables = results.get("tables", {})
+    if tables.get("main"):
+        lines += [
+            "",
+            f"One epoch of rank 0 of {results['world']} beside the plain samplers (wall "
+            "seconds), and the resume just past the weight change:",
+            "",
+            *tables["main"],
+        ]
+    if tables.get("counts"):
+        lines += ["", "Per-source counts, targets against what was drawn:", "", *tables["counts"]]
+    return lines
+
+
+def replace_block(text: str, name: str, lines: Sequence[str]) -> str:
+    """Replace the lines between ``<!-- name -->`` and ``<!-- /name -->`` in ``text``."""
+    start, end = f"<!-- {name} -->", f"<!-- /{name} -->"
+    if start not in text or end not in text:
+        raise SystemExit(f"{PAGE} has no block {start} ... {end}; add the two marker lines.")
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{start}\n" + "\n".join(lines) + f"\n{end}{tail}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Rewrite (or, with ``--check``, compare) the generated blocks of the page."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="fail if the page is stale")
+    args = parser.parse_args(argv)
+    text = PAGE.read_text()
+    results = json.loads(MIXTURE.read_text())
+    new = replace_block(text, "mixture-table", mixture_table(results))
+    if args.check:
+        return 0 if new == text else 1
+    PAGE.write_text(new)
+    print(f"rewrote the mixture-table block of {PAGE.relative_to(REPO_ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
