@@ -42,7 +42,7 @@ import functools
 import itertools
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Final, NamedTuple, cast
+from typing import Final, NamedTuple, TypeVar, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -53,6 +53,7 @@ from lightning_resumable_data.index.permutation import feistel_permute
 __all__ = ["BLOCK_SIZE", "LEAF_SIZE", "MAX_SEGMENT", "Arrangement", "arrangement"]
 
 Counts = Sequence[int] | NDArray[np.integer]
+_T = TypeVar("_T")
 Table = tuple[NDArray[np.int64], NDArray[np.int64]]  # (counts, counts before), (rows, J)
 
 LEAF_SIZE = 1 << 20  # positions per leaf (a power of two dividing BLOCK_SIZE)
@@ -61,7 +62,7 @@ MAX_SEGMENT: Final = 1 << 53  # float64 probabilities give exact counts below th
 _SPLIT_STREAM: Final = 0x53504C54  # "SPLT"
 _LEAF_STREAM: Final = 0x4C454146  # "LEAF"
 _KEY_WORDS: Final = 8
-_CACHE: Final = 8  # blocks and leaves kept per arrangement
+_CACHE: Final = 8  # blocks and leaves kept per arrangement (first in, first out)
 
 
 class _Leaf(NamedTuple):
@@ -95,6 +96,16 @@ def _split(
         sample -= left[:, j]
     left[:, -1] = sample
     return left
+
+
+def _remember(cache: OrderedDict[int, _T], key: int, value: _T) -> None:
+    """Keep ``value``, dropping the oldest entries past ``_CACHE`` (safe across threads)."""
+    cache[key] = value
+    while len(cache) > _CACHE:
+        try:
+            cache.popitem(last=False)
+        except KeyError:  # another thread emptied it first
+            break
 
 
 class Arrangement:
@@ -150,9 +161,9 @@ class Arrangement:
 
     def _table(self, block: int) -> Table:
         """Counts of every leaf of ``block`` and before each in the segment, (leaves, J)."""
-        if block in self._blocks:
-            self._blocks.move_to_end(block)
-            return self._blocks[block]
+        cached = self._blocks.get(block)
+        if cached is not None:
+            return cached
         counts, before = self._block_counts(block)
         size = min(self.block, self.length - block * self.block)
         leaves = -(-size // self.leaf)
@@ -168,16 +179,14 @@ class Arrangement:
             nodes = np.stack([left, nodes - left], axis=1).reshape(-1, len(counts))
         nodes = nodes[:leaves]
         prior = np.cumsum(nodes, axis=0) - nodes + np.asarray(before, dtype=np.int64)
-        self._blocks[block] = (nodes, prior)
-        if len(self._blocks) > _CACHE:
-            self._blocks.popitem(last=False)
+        _remember(self._blocks, block, (nodes, prior))
         return nodes, prior
 
     def _leaf_info(self, leaf: int) -> _Leaf:
         """Counts, slot ranges and key of a leaf (cached)."""
-        if leaf in self._leaves:
-            self._leaves.move_to_end(leaf)
-            return self._leaves[leaf]
+        cached = self._leaves.get(leaf)
+        if cached is not None:
+            return cached
         per_block = self.block // self.leaf
         counts, prior = self._table(leaf // per_block)
         n, before = counts[leaf % per_block], prior[leaf % per_block]
@@ -185,9 +194,7 @@ class Arrangement:
         keys = key_sequence(_LEAF_STREAM, self.seed, *self.key, leaf)
         words = cast("NDArray[np.uint64]", keys.generate_state(_KEY_WORDS, np.uint64))
         info = _Leaf(n, before - (ends - n), ends, words)
-        self._leaves[leaf] = info
-        if len(self._leaves) > _CACHE:
-            self._leaves.popitem(last=False)
+        _remember(self._leaves, leaf, info)
         return info
 
     def _slots(
