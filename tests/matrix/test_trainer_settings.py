@@ -17,109 +17,24 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
-from faults.runner import ForkServer, read_ledger
+from faults.runner import ForkServer
 
-SCRIPT = Path(__file__).with_name("train.py")
+from matrix.harness import (
+    LAYOUTS,
+    SCRIPT,
+    SETTINGS,
+    STOPS,
+    Ledger,
+    Runs,
+    documented_stream,
+    ledger,
+)
+
 pytestmark = pytest.mark.distributed
-
-SETTINGS: dict[str, list[str]] = {
-    "default": [],
-    "limit_train_batches=0.5": ["--limit-train-batches", "0.5"],
-    "reload_dataloaders_every_n_epochs=1": ["--reload", "1"],
-    "max_steps then more": [],  # the first run stops at max_steps mid-epoch (see stop())
-    "val_check_interval=0.5": ["--validate", "--val-check-interval", "0.5"],
-    "accumulate_grad_batches=3 + phase": ["--accumulate", "3", "--phase-step", "7"],
-    "check_val_every_n_epoch=2": ["--validate", "--check-val-every", "2"],
-    "num_sanity_val_steps=2": ["--validate", "--sanity", "2"],
-}
-STOPS = ("mid-epoch", "last batch", "epoch end")
-LAYOUTS = {"same": (4, 4), "batch 8->4": (8, 4), "batch 4->8": (4, 8)}
-
-
-@dataclass(frozen=True)
-class Ledger:
-    """Ledger lines per rank, in the order they were written."""
-
-    ranks: list[list[dict[str, object]]]
-
-    def cut(self, step: int) -> Ledger:
-        """The lines of the batches before optimizer step ``step`` (what a checkpoint holds)."""
-        return Ledger([[x for x in lines if int(str(x["step"])) < step] for lines in self.ranks])
-
-    def __add__(self, other: Ledger) -> Ledger:
-        return Ledger([a + b for a, b in zip(self.ranks, other.ranks, strict=True)])
-
-    def batches(self) -> list[tuple[object, object, object]]:
-        return [(x["step"], x["batch"], x["ids"]) for x in self.ranks[0]]
-
-    def stream(self) -> list[int]:
-        """The global sample stream: each step's samples in the epoch's global order."""
-        out: list[int] = []
-        for lines in zip(*self.ranks, strict=True):
-            ids = [list(map(int, line["ids"])) for line in lines]
-            for j in range(max(map(len, ids))):
-                out += [rank[j] for rank in ids if j < len(rank)]
-        return out
-
-
-def ledger(out: Path) -> Ledger:
-    return Ledger([lines for _, lines in sorted(read_ledger(out).items())])
-
-
-class Runs:
-    """Reference runs (cached per setting and batch size) and resumed runs."""
-
-    def __init__(self, server: ForkServer, root: Path) -> None:
-        self.server, self.root = server, root
-        self.cache: dict[tuple[str, int], Path] = {}
-        self.count = 0
-
-    def run(self, out: Path, args: list[str]) -> Path:
-        out.mkdir(parents=True, exist_ok=True)
-        self.count += 1
-        result = self.server.run(["--out", str(out), *args], out / "log.txt", timeout=180)
-        assert not result.timed_out, result.tail()
-        assert result.rc == 0, result.tail()
-        return out
-
-    def reference(self, setting: str, batch: int) -> Path:
-        key = (setting, batch)
-        if key not in self.cache:
-            name = f"ref-{len(self.cache)}"
-            self.cache[key] = self.run(
-                self.root / name, [*SETTINGS[setting], "--batch-size", str(batch)]
-            )
-        return self.cache[key]
-
-    def stop_checkpoint(self, setting: str, stop: str, batch: int) -> tuple[Path, Path]:
-        """The checkpoint of ``stop`` and the run that wrote it."""
-        if setting == "max_steps then more":
-            steps = 64 // batch  # 1 + 3/8 epochs, then the run ends (max_steps)
-            key = (f"max_steps={steps + steps * 3 // 8}", batch)
-            if key not in self.cache:
-                self.cache[key] = self.run(
-                    self.root / f"first-{batch}",
-                    ["--batch-size", str(batch), "--max-steps", str(steps + steps * 3 // 8)],
-                )
-            run = self.cache[key]
-            lines = ledger(run).ranks[0]
-            if stop == "epoch end":  # written when max_steps ended the run mid-epoch
-                return run / "ckpt" / "epoch=1-end.ckpt", run
-            if stop == "last batch":
-                last = [x for x in lines if x["epoch"] == 0][-1]
-                return run / "ckpt" / f"step={int(str(last['step'])) + 1}.ckpt", run
-            return run / "ckpt" / f"step={int(str(lines[-1]['step'])) + 1}.ckpt", run
-        run = self.reference(setting, batch)
-        if stop == "epoch end":
-            return run / "ckpt" / "epoch=0-end.ckpt", run
-        epoch1 = [x for x in ledger(run).ranks[0] if x["epoch"] == 1]
-        line = epoch1[len(epoch1) // 2] if stop == "mid-epoch" else epoch1[-1]
-        return run / "ckpt" / f"step={int(str(line['step'])) + 1}.ckpt", run
 
 
 @pytest.fixture(scope="module")
@@ -149,6 +64,9 @@ def test_resume_reads_what_the_uninterrupted_run_reads(
     resumed = before + ledger(run)
     reference_setting = "default" if setting == "max_steps then more" else setting
     uninterrupted = ledger(runs.reference(reference_setting, resumed_batch))
+    if "phase" not in setting:
+        limit = 32 if "limit" in setting else 64
+        assert uninterrupted.stream() == documented_stream(limit)
     if "phase" in setting:  # the phase starts at its optimizer step, in the documented order
         _assert_documented_mixture_order(resumed, run)
     if saved_batch == resumed_batch:
@@ -161,7 +79,7 @@ def test_resume_reads_what_the_uninterrupted_run_reads(
 
 def _assert_documented_mixture_order(resumed: Ledger, run: Path) -> None:
     from lightning_resumable_data import MixtureDataset, MixtureSampler
-    from matrix.train import N, SOURCES, Samples
+    from matrix.train import SOURCES, N, Samples
 
     last = max(run.glob("ckpt/step=*.ckpt"), key=lambda p: int(p.stem.split("=")[1]))
     state = torch.load(last, map_location="cpu", weights_only=False)
@@ -180,7 +98,7 @@ def _assert_documented_mixture_order(resumed: Ledger, run: Path) -> None:
     assert len(phase) == 1
     lines = resumed.ranks[0]
     first = next(i for i, line in enumerate(lines) if line["step"] == 7)
-    start = sum(len(line["ids"]) for line in lines[:first])  # type: ignore[arg-type]
+    start = sum(len(line["ids"]) for line in lines[:first])
     assert (phase[0]["epoch"], phase[0]["position"]) == divmod(start, N)
 
 
@@ -189,3 +107,14 @@ def test_ledger_stream_interleaves_ranks_in_global_order() -> None:
     two = Ledger([[{**line, "ids": [0, 2]}], [{**line, "ids": [1, 3]}]])
     assert two.stream() == [0, 1, 2, 3]
     assert json.loads(json.dumps(two.batches())) == [[0, 0, [0, 2]]]
+
+
+def test_progress_bar_keeps_its_total_and_epoch_after_a_mid_epoch_resume(runs: Runs) -> None:
+    """Lightning skips ``on_train_epoch_start`` when it resumes mid-epoch; the bar lost both."""
+    checkpoint, _ = runs.stop_checkpoint("default", "mid-epoch", 4)
+    out = runs.run(runs.root / "bar", ["--progress-bar", "--ckpt", str(checkpoint)])
+    lines = [json.loads(line) for line in (out / "bar.jsonl").read_text().splitlines()]
+    assert lines[0]["total"] == 16
+    assert lines[0]["title"].startswith("Epoch 1")
+    # Written before the bar counts the batch: the tenth batch of epoch 1 saw nine.
+    assert lines[1]["n"] == 10

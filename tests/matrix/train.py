@@ -74,6 +74,19 @@ class Model(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.01)
 
 
+class BarRecorder(pl.Callback):
+    """Writes the progress bar's total, count and title after every training batch."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+
+    def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
+        bar = trainer.progress_bar_callback.train_progress_bar  # type: ignore[union-attr]
+        line = {"total": bar.total, "n": bar.n, "title": bar.desc}
+        with (self.out / "bar.jsonl").open("a") as f:
+            f.write(json.dumps(line) + "\n")
+
+
 def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
@@ -90,7 +103,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--accumulate", type=int, default=1)
     parser.add_argument("--phase-step", type=int, help="a mixture with a phase at this step")
     parser.add_argument("--workers", type=int, default=0)
-    parser.add_argument("--no-callback", action="store_true")
+    parser.add_argument("--progress-bar", action="store_true", help="log its total and title")
     parser.add_argument("--ckpt")
     return parser.parse_args(argv)
 
@@ -119,8 +132,9 @@ def main(argv: Sequence[str]) -> None:
             save_on_train_epoch_end=True,
         ),
     ]
-    if not args.no_callback:
-        callbacks.append(ResumableDataCallback(phases=phases, log_every_n_steps=0))
+    callbacks.append(ResumableDataCallback(phases=phases, log_every_n_steps=0))
+    if args.progress_bar:
+        callbacks.append(BarRecorder(args.out))
     datamodule = ResumableDataModule(
         train,
         val_dataset=Samples(10) if args.validate else None,
@@ -147,7 +161,7 @@ def main(argv: Sequence[str]) -> None:
         accumulate_grad_batches=args.accumulate,
         callbacks=callbacks,
         logger=False,
-        enable_progress_bar=False,
+        enable_progress_bar=args.progress_bar,
         enable_model_summary=False,
         default_root_dir=args.out,
     )

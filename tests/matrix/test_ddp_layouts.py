@@ -1,0 +1,55 @@
+"""Real two-process DDP runs resumed on one process, and on two: the layout changes the
+single-process matrix cannot make. A resume on another world size must read the same global
+sample stream as the uninterrupted run (every sample of every epoch once, in the epoch's
+order); on the same world size, the same batches on every rank.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+from faults.runner import ForkServer
+
+from matrix.harness import SCRIPT, SETTINGS, Runs, documented_stream, ledger
+
+pytestmark = pytest.mark.distributed
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
+    server = ForkServer(SCRIPT)
+    yield Runs(server, tmp_path_factory.mktemp("ddp"))
+    server.close()
+
+
+@pytest.mark.parametrize(
+    ("setting", "stop", "devices"),
+    [
+        ("default", "mid-epoch", 1),
+        ("default", "last batch", 1),
+        ("default", "epoch end", 1),
+        ("limit_train_batches=0.5", "mid-epoch", 1),
+        ("limit_train_batches=0.5", "last batch", 1),
+        ("default", "mid-epoch", 2),
+    ],
+)
+def test_two_processes_resumed_on_one_or_two(
+    runs: Runs, setting: str, stop: str, devices: int
+) -> None:
+    checkpoint, writer = runs.stop_checkpoint(setting, stop, 4, devices=2)
+    step = int(torch.load(checkpoint, map_location="cpu", weights_only=False)["global_step"])
+    args = [*SETTINGS[setting], "--devices", str(devices), "--ckpt", str(checkpoint)]
+    name = f"{setting}-{stop}-2to{devices}".replace(" ", "_")
+    before, after = ledger(writer).cut(step), ledger(runs.run(runs.root / name, args))
+    uninterrupted = ledger(writer)
+    assert uninterrupted.stream() == documented_stream(32 if "limit" in setting else 64)
+    assert before.stream() + after.stream() == uninterrupted.stream()
+    if devices == 2:
+
+        def batches(ranks: list[list[dict[str, Any]]]) -> list[list[tuple[Any, ...]]]:
+            return [[(x["step"], x["batch"], x["ids"]) for x in rank] for rank in ranks]
+
+        assert batches((before + after).ranks) == batches(uninterrupted.ranks)
