@@ -169,3 +169,18 @@ def test_bad_weights(w: list[float], match: str) -> None:
 def test_bad_temperature(temperature: float) -> None:
     with pytest.raises(ValueError, match="temperature"):
         mixture_probabilities([1.0], temperature)
+
+
+@pytest.mark.usefixtures("small_leaves")
+def test_leaf_counts_and_slots_follow_a_uniform_shuffle() -> None:
+    # Counts [6, 10] over 16 positions in leaves of 4: a uniform shuffle puts HG(6, 10, 4)
+    # samples of source 0 in the first leaf (mean 1.5, variance 0.75), and source 0 at any
+    # position with probability 6 / 16.
+    firsts, starts = [], []
+    for key in range(1500):
+        labels, _ = Arrangement([6, 10], 11, (key,)).locate(np.arange(16))
+        firsts.append(int((labels[:LEAF] == 0).sum()))
+        starts.append(int(labels[5] == 0))
+    assert abs(np.mean(firsts) - 1.5) < 0.08
+    assert abs(np.var(firsts) - 0.75) < 0.1
+    assert abs(np.mean(starts) - 6 / 16) < 0.045
