@@ -62,11 +62,14 @@ class PositionSampler(SkippableSampler, Protocol):
 class StatefulDataLoader(_TorchdataLoader[Any]):
     """A ``DataLoader`` whose position can be saved on any rank and restored in O(1).
 
-    It counts batches as they leave the loader (not as workers fetch them), calls
-    ``sampler.set_epoch`` at the top of every ``__iter__`` and moves to the next epoch when
-    an iterator is exhausted (or abandoned: a new ``__iter__`` before the end starts the
-    next epoch, as Lightning's ``limit_train_batches`` expects). Its state is the same on
-    every rank, so the copy rank 0 writes into a checkpoint restores every rank.
+    It counts batches as they leave the loader (not as workers fetch them). An iterator
+    fixes its position, calls ``sampler.set_epoch`` and starts its workers at its first
+    ``next()``, so creating one changes nothing. The loader moves to the next epoch when an
+    iterator is exhausted, when :meth:`end_epoch` is called (a trainer that cuts epochs
+    short), or when a new pass starts reading while an earlier one has read part of the
+    epoch (torch's rule: a new pass is a new epoch). ``len()`` is always a whole epoch in
+    the current layout. Its state is the same on every rank, so the copy rank 0 writes into
+    a checkpoint restores every rank.
 
     How it resumes depends on the sampler (of ``sampler=`` or of a ``BatchSampler``):
 

@@ -71,9 +71,15 @@ def test_callback_checks_its_phases_on_resume() -> None:
     phase = MixturePhase(start_step=5, weights={"a": 1})
     state = ResumableDataCallback([phase]).state_dict()
     ResumableDataCallback([phase]).load_state_dict(state)
-    with pytest.raises(StateMismatchError, match="the mixture phases changed"):
+    with pytest.raises(StateMismatchError, match=r"has none\. Pass ResumableDataCallback\(phases="):
         ResumableDataCallback([]).load_state_dict(state)
-    ResumableDataCallback([], allow_config_change=True).load_state_dict(state)
+    other = MixturePhase(start_step=6, weights={"a": 1})
+    with pytest.raises(StateMismatchError, match=r"phases changed.*ResumableDataModule\(allow_co"):
+        ResumableDataCallback([other]).load_state_dict(state)
+    allowing = ResumableDataCallback([other])
+    module = ResumableDataModule({"a": IndexDataset(8)}, allow_config_change=True)
+    allowing.setup(SimpleNamespace(datamodule=module), None, "fit")  # type: ignore[arg-type]
+    allowing.load_state_dict(state)
     assert ResumableDataCallback().state_key == "ResumableDataCallback"
 
 

@@ -33,9 +33,14 @@ class ResumableDataCallback(pl.Callback):
     * **Logging**: every ``log_every_n_steps`` steps, logs the weights in force and the
       samples drawn per source this epoch (``data/weight/<source>``,
       ``data/drawn/<source>``) through the trainer's logger.
+    * **Epochs**: ends the data epoch where Lightning ends it (``limit_train_batches``),
+      and after a resume under another batch or world size restates Lightning's batch count
+      of the resumed epoch in the new layout (see ``docs/lightning.md``).
     * **Checkpoint**: saves its phases (under the stable ``state_key``
-      ``"ResumableDataCallback"``) and, on resume, refuses changed phases unless
-      ``allow_config_change=True``.
+      ``"ResumableDataCallback"``) and, on resume, refuses changed phases unless the
+      :class:`ResumableDataModule` was built with ``allow_config_change=True``.
+
+    :class:`ResumableDataModule` adds one (without phases) to a trainer that has none.
 
     Example::
 
@@ -49,7 +54,6 @@ class ResumableDataCallback(pl.Callback):
     Args:
         phases: Weight changes by ``start_step`` (optimizer steps) or ``start_epoch``.
         log_every_n_steps: Logging period; ``None`` uses the trainer's, ``0`` disables.
-        allow_config_change: Accept a resume whose phases differ from the saved ones.
     """
 
     def __init__(
@@ -57,7 +61,6 @@ class ResumableDataCallback(pl.Callback):
         phases: Sequence[MixturePhase] = (),
         *,
         log_every_n_steps: int | None = None,
-        allow_config_change: bool = False,
     ) -> None:
         self.phases = tuple(phases)
         for phase in self.phases:
@@ -68,7 +71,7 @@ class ResumableDataCallback(pl.Callback):
                 )
         check_phases(self.phases)
         self.log_every_n_steps = log_every_n_steps
-        self.allow_config_change = allow_config_change
+        self._datamodule: ResumableDataModule | None = None
         self._epoch_started = True
 
     @property
@@ -81,6 +84,7 @@ class ResumableDataCallback(pl.Callback):
         datamodule = getattr(trainer, "datamodule", None)
         if isinstance(datamodule, ResumableDataModule):
             datamodule.phases = self.phases
+            self._datamodule = datamodule
         elif self.phases:
             raise ValueError(
                 "ResumableDataCallback(phases=...) needs a ResumableDataModule: pass "
@@ -182,7 +186,7 @@ class ResumableDataCallback(pl.Callback):
     ) -> None:
         """Refuse a checkpoint that holds no data position: it would restart the epoch."""
         datamodule = getattr(trainer, "datamodule", None)
-        if not isinstance(datamodule, ResumableDataModule) or self.allow_config_change:
+        if not isinstance(datamodule, ResumableDataModule) or datamodule.allow_config_change:
             return
         state = checkpoint.get(type(datamodule).__qualname__)
         if not isinstance(state, dict) or "train_loader" not in state:
@@ -191,7 +195,7 @@ class ResumableDataCallback(pl.Callback):
                 f"{type(datamodule).__qualname__} state with a train_loader). Resuming would "
                 "start the epoch again and replay what was trained. Resume from a checkpoint "
                 "written with ResumableDataModule, or pass "
-                "ResumableDataCallback(allow_config_change=True) to start the data afresh."
+                "ResumableDataModule(allow_config_change=True) to start the data afresh."
             )
 
     @override
@@ -207,13 +211,21 @@ class ResumableDataCallback(pl.Callback):
             )
         saved = state_dict.get("phases")
         now = [_phase_dict(p) for p in self.phases]
-        if saved != now and not self.allow_config_change:
+        allowed = self._datamodule is not None and self._datamodule.allow_config_change
+        if saved == now or allowed:
+            return
+        if not now:
             raise StateMismatchError(
-                f"Cannot resume: the mixture phases changed (saved {saved}, now {now}). The "
-                "resumed run would not mix what the interrupted run mixed. Restore the saved "
-                "phases, or pass ResumableDataCallback(allow_config_change=True) (and "
-                "ResumableDataModule(allow_config_change=True)) to accept the change."
+                f"Cannot resume: the checkpoint's data follows mixture phases {saved}, and this "
+                "ResumableDataCallback has none. Pass "
+                "ResumableDataCallback(phases=[MixturePhase(...), ...]) with the same phases."
             )
+        raise StateMismatchError(
+            f"Cannot resume: the mixture phases changed (saved {saved}, now {now}). The "
+            "resumed run would not mix what the interrupted run mixed. Restore the saved "
+            "phases, or pass ResumableDataModule(allow_config_change=True) to accept the "
+            "change."
+        )
 
 
 def _restate_batch_progress(trainer: pl.Trainer, saved: int, now: int) -> None:
