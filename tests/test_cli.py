@@ -135,7 +135,12 @@ def test_inspect_elastic(capsys: pytest.CaptureFixture[str], single: Path) -> No
     assert resume["mode"] == "elastic"
     assert resume["ok"]
     assert (resume["samples_per_rank"], resume["batches_left"], resume["padding"]) == (19, 4, 1)
-    assert (resume["epoch_batches"], resume["batches_per_epoch"]) == (14, 7)
+    # 40 samples done = 2 batches of 3 x 5 in the new layout, then 4 more of 5 per rank
+    assert (resume["batches_done"], resume["epoch_batches"], resume["batches_per_epoch"]) == (
+        2,
+        6,
+        7,
+    )
 
 
 def test_inspect_at_an_epoch_end(capsys: pytest.CaptureFixture[str], single: Path) -> None:
@@ -145,7 +150,10 @@ def test_inspect_at_an_epoch_end(capsys: pytest.CaptureFixture[str], single: Pat
     assert "position     epoch 1: 0 of 96 samples consumed (0.0%), 0 batches trained" in out
     text = " ".join(out.split())
     assert "The remaining 96 samples of epoch 1 are spread over 5 ranks" in text
-    assert "Per rank: 20 samples = 5 batches of 4; epoch 1 counts 5 batches (0 trained)" in text
+    assert (
+        "Per rank: 20 samples = 5 batches of 4; epoch 1 counts 5 batches in this layout (0 done)"
+        in (text)
+    )
     assert "4 padding samples repeat earlier ones" in text
     code, out, err = lrd(capsys, "inspect", single / "step=25.ckpt")
     assert "position     epoch 1: 4 of 96 samples consumed (4.2%), 1 batch trained" in out
@@ -308,7 +316,7 @@ def test_plan_table(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     rows = [line.split() for line in out.splitlines()]
     assert ["0", "initial", "0-3", "16", "1", "web", "0.6", "60.0%", "9"] in rows
     assert ["code", "0.3", "30.0%", "5"] in rows
-    assert ["1", "start_step", "4", "4-9", "24", "1", "web", "0.1", "10.0%", "3"] in rows
+    assert ["1", "start_step", "4", "4-9", "24", "1", "web", "0.1", "10.0%", "1"] in rows
     assert ["math", "0.7", "70.0%", "17"] in rows  # where phase 1 stops depends on the seed
     assert ["math", "12", "19", "1.58"] in rows  # 2 + 17 drawn from 12 samples
 

@@ -369,19 +369,22 @@ def _resume_report(
     sampler = loader.position_sampler
     if not isinstance(sampler, DistributedSampler):  # the kinds build_loader makes
         return report | {"ok": False, "error": f"unexpected sampler {type(sampler).__name__}"}
-    consumed, trained = int(state["consumed"]), int(state["batches_yielded"])
+    consumed = int(state["consumed"])
     per_rank = sampler.samples_left(consumed)
     remaining = max(sampler.epoch_length - consumed, 0)
-    this_epoch = len(loader)
-    per_epoch = len(sampler) // batch_size if loader.drop_last else -(-len(sampler) // batch_size)
+    def batches(samples: int) -> int:
+        return samples // batch_size if loader.drop_last else -(-samples // batch_size)
+
+    left = batches(per_rank)
     report |= {
         "epoch": int(state["epoch"]),
         "consumed": consumed,
         "remaining_samples": remaining,
         "samples_per_rank": per_rank,
-        "batches_left": this_epoch - trained if consumed else this_epoch,
-        "epoch_batches": this_epoch,
-        "batches_per_epoch": per_epoch,
+        "batches_left": left,
+        "epoch_batches": loader.batches_yielded + left,
+        "batches_done": loader.batches_yielded,
+        "batches_per_epoch": batches(len(sampler)),
         "last_batch": per_rank % batch_size,
         "padding": max(per_rank * world_size - remaining, 0),
         "dropped": max(remaining - per_rank * world_size, 0),
@@ -616,8 +619,8 @@ def _format_resume(report: Mapping[str, Any]) -> list[str]:
         f"Per rank: {_plural(per_rank, 'sample')} = "
         f"{_plural(batches, 'batch', 'batches')} of {batch}"
         + (f" (the last of {short})" if short and batches else "")
-        + f"; epoch {epoch} counts {count(resume['epoch_batches'])} batches "
-        f"({count(report['batches_trained'])} trained), later epochs "
+        + f"; epoch {epoch} counts {count(resume['epoch_batches'])} batches in this layout "
+        f"({count(resume['batches_done'])} done), later epochs "
         f"{count(resume['batches_per_epoch'])}."
     )
     if resume["padding"]:
