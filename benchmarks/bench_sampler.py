@@ -12,11 +12,16 @@ What it measures: the indices of one epoch for rank 0 of 8 (``shuffle=True``, ``
 * ``torch``: ``torch.utils.data.DistributedSampler``;
 * ``randperm``: ``lightning_resumable_data.DistributedSampler`` (default algorithm, yields
   torch's exact order);
-* ``feistel``: the same sampler with ``algorithm="feistel"`` (O(1) memory).
+* ``feistel``: the same sampler with ``algorithm="feistel"`` (O(1) memory);
+* ``torch.randperm``: the kernel torch's sampler runs per epoch, ``torch.randperm(N)`` alone
+  (no Python iteration): the per-index cost of torch's shuffle itself;
+* ``feistel-kernel``: ``feistel_slice`` over the epoch's positions in chunks of 65,536
+  (NumPy only, no Python iteration): the per-index cost of our shuffle itself. Its ratio
+  columns compare it with ``torch.randperm`` (the samplers' with torch's sampler).
 
-``--sizes`` (default 1e6, 1e7, 1e8) runs all three; ``--feistel-sizes`` (default 1e9, 1e10)
-runs ``feistel`` alone (torch cannot), reading a fixed budget of the first ``--budget``
-(default 20,000,000) indices of rank 0's epoch instead of all 1.25e9.
+``--sizes`` (default 1e6, 1e7, 1e8) runs all five; ``--feistel-sizes`` (default 1e9, 1e10)
+runs ``feistel`` and ``feistel-kernel`` alone (torch cannot), reading a fixed budget of the
+first ``--budget`` (default 20,000,000) indices instead of the whole epoch.
 
 Every measurement runs in a fresh subprocess (this script with ``--case``), pinned to one
 CPU with one torch/OpenMP/MKL thread. Time is the wall time of the loop (including
@@ -31,7 +36,10 @@ indices must be distinct and in ``[0, N)``.
 
 The table ends with verdict lines for the acceptance targets: randperm at least 5x faster
 than torch at 1e7; feistel peak memory flat in N (here: at most 16 MiB more at the largest
-N than at the smallest); feistel at least 10 million indices/s (read at the largest N).
+N than at the smallest); the feistel sampler at least 10 million indices/s (read at the
+largest N); the feistel kernel at least 20 million indices/s at 1e7 and at 1e10, with its
+ratio to ``torch.randperm`` and to torch's sampler at 1e7. The rows are also written as
+JSON (``--json``, default ``benchmarks/results/sampler.json``).
 Missed performance targets are reported, not fatal: the exit status is 0 unless a case
 crashed or a sequence check failed.
 """
@@ -46,9 +54,10 @@ import sys
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 from _harness import (
+    REPO_ROOT,
     Json,
     argument_parser,
     best_time,
@@ -73,12 +82,16 @@ NUM_REPLICAS = 8
 RANK = 0
 SEED = 0
 EPOCH = 1
-SPEED_TARGET = 10_000_000  # feistel indices per second on one core
+SPEED_TARGET = 10_000_000  # feistel sampler indices per second on one core
+KERNEL_TARGET = 20_000_000  # feistel_slice indices per second on one core (NumPy only)
+KERNEL_CHUNK = 65_536  # positions per feistel_slice call, as the sampler reads them
+RESULTS = "benchmarks/results/sampler.json"
 SPEEDUP_TARGET = 5.0  # randperm vs torch at N = 1e7
 FLAT_MEMORY_SLACK_MIB = 16.0  # feistel peak at the largest N vs the smallest
 
-Impl = Literal["torch", "randperm", "feistel"]
-IMPLS: tuple[Impl, ...] = ("torch", "randperm", "feistel")
+Impl = Literal["torch", "randperm", "feistel", "torch.randperm", "feistel-kernel"]
+IMPLS: tuple[Impl, ...] = ("torch", "randperm", "feistel", "torch.randperm", "feistel-kernel")
+KERNELS: tuple[Impl, ...] = ("torch.randperm", "feistel-kernel")
 
 
 @dataclass(frozen=True)
@@ -127,6 +140,8 @@ def run_case(case: Case) -> dict[str, object]:
     torch.set_num_threads(1)
     dataset = range(case.n)
     baseline = peak_kib()
+    if case.impl in KERNELS:
+        return run_kernel(case, baseline)
 
     sampler: torch.utils.data.DistributedSampler[int]
     if case.impl == "torch":
@@ -145,7 +160,7 @@ def run_case(case: Case) -> dict[str, object]:
             rank=RANK,
             shuffle=True,
             seed=SEED,
-            algorithm=case.impl,
+            algorithm="feistel" if case.impl == "feistel" else "randperm",
         )
     sampler.set_epoch(EPOCH)
     epoch_count = len(sampler)
@@ -173,6 +188,45 @@ def run_case(case: Case) -> dict[str, object]:
         "seconds": seconds,
         "peak_mib": peak_mib,
         "digest": digest,
+        "valid": valid,
+    }
+
+
+def run_kernel(case: Case, baseline: int) -> dict[str, object]:
+    """Measure a shuffle kernel alone: ``torch.randperm(n)`` or chunked ``feistel_slice``."""
+    import numpy as np
+    import torch
+
+    from lightning_resumable_data.index import feistel_slice
+
+    count = case.n if case.budget is None else min(case.budget, case.n)
+
+    def produce(keep: bool) -> list[Any]:
+        """Compute the ``count`` indices; keep them only for the (untimed) check."""
+        if case.impl == "torch.randperm":
+            generator = torch.Generator().manual_seed(SEED + EPOCH)
+            return [torch.randperm(case.n, generator=generator).numpy()]
+        kept = []
+        for begin in range(0, count, KERNEL_CHUNK):
+            chunk = feistel_slice(case.n, SEED, EPOCH, begin, min(begin + KERNEL_CHUNK, count))
+            if keep:
+                kept.append(chunk)
+        return kept
+
+    start = time.perf_counter()
+    produce(keep=False)
+    seconds = time.perf_counter() - start
+    peak_mib = peak_mib_since(baseline)
+    valid: bool | None = None
+    if case.check:  # after the peak was read
+        array = np.concatenate(produce(keep=True))
+        valid = bool(array.min() >= 0 and array.max() < case.n) and np.unique(array).size == count
+    return {
+        "count": count,
+        "epoch_count": case.n,
+        "seconds": seconds,
+        "peak_mib": peak_mib,
+        "digest": None,
         "valid": valid,
     }
 
@@ -214,7 +268,11 @@ def plan(
 ) -> list[Case]:
     """The cases to run, in table order."""
     cases = [Case(impl, n, check=n <= check_max) for n in sizes for impl in IMPLS]
-    cases += [Case("feistel", n, budget=budget, check=n <= check_max) for n in feistel_sizes]
+    cases += [
+        Case(impl, n, budget=budget, check=n <= check_max)
+        for n in feistel_sizes
+        for impl in ("feistel", "feistel-kernel")
+    ]
     return cases
 
 
@@ -242,6 +300,9 @@ def _check_cell(result: Result, reference: Result | None) -> tuple[str, bool]:
 def render(results: Sequence[Result]) -> tuple[list[str], bool]:
     """Markdown table lines, and whether every case ran and passed its checks."""
     torch_rows = {r.case.n: r for r in results if r.case.impl == "torch" and r.error is None}
+    randperm_rows = {
+        r.case.n: r for r in results if r.case.impl == "torch.randperm" and r.error is None
+    }
     lines = table_header(
         "N",
         "sampler",
@@ -255,7 +316,7 @@ def render(results: Sequence[Result]) -> tuple[list[str], bool]:
     )
     all_ok = True
     for r in results:
-        name = r.case.impl if r.case.impl == "torch" else f"ours ({r.case.impl})"
+        name = r.case.impl if r.case.impl.startswith("torch") else f"ours ({r.case.impl})"
         if r.error is not None:
             all_ok = False
             lines.append(table_row([fmt_n(r.case.n), name, f"FAILED: {r.error}"], width=9))
@@ -264,8 +325,9 @@ def render(results: Sequence[Result]) -> tuple[list[str], bool]:
             timed = f"{r.count:,} (full epoch)"
         else:
             timed = f"first {r.count:,} of {r.epoch_count:,} (budget)"
-        reference = torch_rows.get(r.case.n)
-        if r.case.impl == "torch" or reference is None:
+        rows = randperm_rows if r.case.impl == "feistel-kernel" else torch_rows
+        reference = rows.get(r.case.n)
+        if r.case.impl.startswith("torch") or reference is None:
             time_ratio = mem_ratio = "—"
         else:
             time_ratio = _ratio(reference.seconds, r.seconds)
@@ -297,6 +359,7 @@ def verdicts(results: Sequence[Result]) -> list[str]:
             f"(target {SPEEDUP_TARGET:g}x) — {mark(speedup >= SPEEDUP_TARGET)}"
         )
 
+    lines += kernel_verdicts(ok)
     feistel = sorted((r for r in ok if r.case.impl == "feistel"), key=lambda r: r.case.n)
     if len(feistel) < 2:
         lines.append("feistel peak memory: n/a (needs two sizes)")
@@ -322,6 +385,52 @@ def verdicts(results: Sequence[Result]) -> list[str]:
             f"— {mark(largest.rate >= SPEED_TARGET)}"
         )
     return lines
+
+
+def kernel_verdicts(ok: Sequence[Result]) -> list[str]:
+    """Feistel kernel speed at 1e7 and 1e10, with its ratio to torch's at 1e7."""
+
+    def find(impl: Impl, n: int) -> Result | None:
+        return next((r for r in ok if r.case.impl == impl and r.case.n == n), None)
+
+    lines = []
+    for n in (10**7, 10**10):
+        kernel = find("feistel-kernel", n)
+        if kernel is None:
+            lines.append(f"feistel kernel at {fmt_n(n)}: n/a (not measured)")
+            continue
+        text = (
+            f"feistel kernel at {fmt_n(n)}: {kernel.rate / 1e6:.1f} M indices/s "
+            f"(target {KERNEL_TARGET / 1e6:g}M)"
+        )
+        for impl in ("torch.randperm", "torch"):
+            torch_row = find(impl, n)
+            if torch_row is not None:
+                text += f"; {kernel.rate / torch_row.rate:.2f}x {impl}'s indices/s"
+        lines.append(f"{text} — {mark(kernel.rate >= KERNEL_TARGET)}")
+    return lines
+
+
+def write_json(path: str, results: Sequence[Result], verdict_lines: Sequence[str]) -> None:
+    """Write every row (and the verdicts) to ``path``, relative to the repository root."""
+    rows = [
+        {
+            "impl": r.case.impl,
+            "n": r.case.n,
+            "budget": r.case.budget,
+            "count": r.count,
+            "seconds": r.seconds,
+            "indices_per_s": r.rate if r.error is None else None,
+            "peak_mib": r.peak_mib,
+            "valid": r.valid,
+            "error": r.error,
+        }
+        for r in results
+    ]
+    target = REPO_ROOT / path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"python": python_version(), "rows": rows, "verdicts": list(verdict_lines)}
+    target.write_text(json.dumps(payload, indent=1, allow_nan=True) + "\n")
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -357,6 +466,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=10**7,
         help="verify sequences for N up to this (default 1e7)",
     )
+    parser.add_argument("--json", default=RESULTS, help=f"JSON results path (default {RESULTS})")
     child = parser.add_argument_group("child mode (one measurement, used internally)")
     child.add_argument("--case", choices=IMPLS, help="measure one sampler, print JSON")
     child.add_argument("--n", type=parse_count, help="dataset size of --case")
@@ -393,7 +503,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     table, all_ok = render(results)
     print_block(table)
-    print_block(verdicts(results))
+    verdict_lines = verdicts(results)
+    print_block(verdict_lines)
+    write_json(args.json, results, verdict_lines)
     if not all_ok:
         print("\nFAILED: a case crashed or a sequence check failed (see table).")
     return 0 if all_ok else 1

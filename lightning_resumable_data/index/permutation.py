@@ -228,6 +228,10 @@ def feistel_permute(
     Returns:
         ``perm[positions]`` as ``int64``, in the shape of ``positions``.
 
+    Raises:
+        ValueError: ``n`` is out of range or ``keys`` is empty.
+        IndexError: A position is outside ``[0, n)``.
+
     Example:
         >>> keys = feistel_keys(seed=0, epoch=0)
         >>> out = feistel_permute(np.arange(8), 8, keys)
@@ -244,6 +248,11 @@ def feistel_permute(
     if not key:
         raise ValueError("keys is empty; pass feistel_keys(seed, epoch).")
     positions = np.asarray(positions)
+    if positions.size and (int(positions.min()) < 0 or int(positions.max()) >= n):
+        raise IndexError(
+            f"positions must be in [0, n={n}), got {int(positions.min())} .. "
+            f"{int(positions.max())}; reduce them modulo n or fix the caller."
+        )
     if n <= EXACT_THRESHOLD:
         table: NDArray[np.int64] = _exact_table(n, key)[positions].astype(np.int64)
         return table
