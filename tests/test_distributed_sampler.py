@@ -281,3 +281,29 @@ def test_iteration_is_lazy() -> None:
     iterator = iter(sampler)
     assert isinstance(next(iterator), int)
     assert sampler.state_dict()["consumed"] == 8  # one sample on each of 8 ranks
+
+
+@pytest.mark.parametrize(("seed", "epoch"), [(2**63 - 1, 1), (2**64 - 2, 1), (2**64 - 1, 0)])
+def test_seeds_torch_accepts_are_accepted_with_torchs_order(seed: int, epoch: int) -> None:
+    # torch seeds the epoch with seed + epoch, anything up to 2**64 - 1.
+    ours = DistributedSampler(range(50), num_replicas=2, rank=1, seed=seed)
+    theirs: torch.utils.data.DistributedSampler[int] = torch.utils.data.DistributedSampler(
+        range(50),  # type: ignore[arg-type]
+        num_replicas=2,
+        rank=1,
+        seed=seed,
+    )
+    ours.set_epoch(epoch)
+    theirs.set_epoch(epoch)
+    assert list(ours) == list(theirs)
+    feistel = DistributedSampler(range(50), num_replicas=1, rank=0, seed=seed, algorithm="feistel")
+    feistel.set_epoch(epoch)
+    assert sorted(feistel) == list(range(50))
+
+
+def test_seed_plus_epoch_past_torchs_range_is_explained() -> None:
+    sampler = DistributedSampler(range(5), num_replicas=1, rank=0, seed=2**64 - 1)
+    with pytest.raises(ValueError, match=r"seed \+ epoch < 2\*\*64"):
+        sampler.set_epoch(1)
+    with pytest.raises(ValueError, match=r"seed=18446744073709551616 must be < 2\*\*64"):
+        DistributedSampler(range(5), num_replicas=1, rank=0, seed=2**64)
