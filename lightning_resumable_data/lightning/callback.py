@@ -7,11 +7,19 @@ from collections.abc import Sequence
 from typing import Any
 
 import lightning.pytorch as pl
+from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
 from lightning_resumable_data.lightning.datamodule import ResumableDataModule, _phase_dict
 from lightning_resumable_data.loader import StatefulDataLoader
 from lightning_resumable_data.samplers.mixture import MixturePhase, MixtureSampler, check_phases
+from lightning_resumable_data.seeding import (
+    data_parallel_rank,
+    run_seed,
+    seed_training_step,
+    seed_validation_batch,
+)
 from lightning_resumable_data.state import StateMismatchError
 
 __all__ = ["ResumableDataCallback"]
@@ -36,7 +44,12 @@ class ResumableDataCallback(pl.Callback):
     * **Epochs**: ends the data epoch where Lightning ends it (``limit_train_batches``),
       and after a resume under another batch or world size restates Lightning's batch count
       of the resumed epoch in the new layout (see ``docs/lightning.md``).
-    * **Checkpoint**: saves its phases (under the stable ``state_key``
+    * **Training randomness** (``seed_training=True``): at the start of every training
+      batch of ``fit``, reseeds torch (CPU and every CUDA device), NumPy's global RNG and
+      ``random`` from (training seed, global step, data-parallel rank, micro-batch), and
+      every validation batch of ``fit`` (sanity check included) from a stream of its own:
+      dropout and other draws are the same after a resume (see ``docs/randomness.md``).
+    * **Checkpoint**: saves its phases and training seed (under the stable ``state_key``
       ``"ResumableDataCallback"``) and, on resume, refuses changed phases unless the
       :class:`ResumableDataModule` was built with ``allow_config_change=True``.
 
@@ -54,6 +67,11 @@ class ResumableDataCallback(pl.Callback):
     Args:
         phases: Weight changes by ``start_step`` (optimizer steps) or ``start_epoch``.
         log_every_n_steps: Logging period; ``None`` uses the trainer's, ``0`` disables.
+        seed_training: Reseed the global RNGs at every training and validation batch of
+            ``fit``; ``False`` leaves them to you (``seed_everything`` and your own code).
+        training_seed: The training seed; ``None`` takes the DataModule's ``seed`` (0
+            without a :class:`ResumableDataModule`), keyed with ``seed_everything``'s seed
+            when one is set, and on resume the checkpoint's.
     """
 
     def __init__(
@@ -61,6 +79,8 @@ class ResumableDataCallback(pl.Callback):
         phases: Sequence[MixturePhase] = (),
         *,
         log_every_n_steps: int | None = None,
+        seed_training: bool = True,
+        training_seed: int | None = None,
     ) -> None:
         self.phases = tuple(phases)
         for phase in self.phases:
@@ -71,6 +91,24 @@ class ResumableDataCallback(pl.Callback):
                 )
         check_phases(self.phases)
         self.log_every_n_steps = log_every_n_steps
+        if not isinstance(seed_training, bool):
+            raise TypeError(
+                f"seed_training={seed_training!r} must be True or False; pass "
+                "training_seed=... to choose the seed."
+            )
+        if training_seed is not None and (
+            isinstance(training_seed, bool)
+            or not isinstance(training_seed, int)
+            or not 0 <= training_seed < 2**64
+        ):
+            raise ValueError(
+                f"training_seed={training_seed!r} must be an int in [0, 2**64), or None for "
+                "the DataModule's seed."
+            )
+        self.seed_training = seed_training
+        self.training_seed = training_seed
+        self._seed: int | None = None  # the run's training seed, resolved in setup/restore
+        self._rank = 0
         self._datamodule: ResumableDataModule | None = None
         self._epoch_started = True
 
@@ -90,6 +128,13 @@ class ResumableDataCallback(pl.Callback):
                 "ResumableDataCallback(phases=...) needs a ResumableDataModule: pass "
                 "trainer.fit(model, datamodule=ResumableDataModule(...))."
             )
+        if self.seed_training and stage == "fit":
+            self._rank = data_parallel_rank(trainer)
+            seed = self.training_seed
+            if seed is None:
+                base = datamodule.seed if isinstance(datamodule, ResumableDataModule) else 0
+                seed = run_seed(base)
+            self._seed = int(trainer.strategy.broadcast(seed, src=0))  # one seed for all ranks
 
     @staticmethod
     def train_loader(trainer: pl.Trainer) -> StatefulDataLoader | None:
@@ -143,6 +188,23 @@ class ResumableDataCallback(pl.Callback):
             bar = trainer.progress_bar_callback
             if bar is not None and getattr(bar, "is_enabled", True):
                 bar.on_train_epoch_start(trainer, pl_module)  # restores its total and title
+        if self._seed is not None:  # last: nothing this hook does draws after it
+            micro_batch = batch_idx % max(1, int(trainer.accumulate_grad_batches))
+            seed_training_step(self._rank, self._seed, trainer.global_step, micro_batch)
+
+    @override
+    def on_validation_batch_start(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        if self._seed is not None and trainer.state.fn == TrainerFn.FITTING:
+            seed_validation_batch(
+                self._rank, self._seed, trainer.global_step, batch_idx, dataloader_idx
+            )
 
     @override
     def on_train_batch_end(
@@ -200,7 +262,11 @@ class ResumableDataCallback(pl.Callback):
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        return {"version": _STATE_VERSION, "phases": [_phase_dict(p) for p in self.phases]}
+        return {
+            "version": _STATE_VERSION,
+            "phases": [_phase_dict(p) for p in self.phases],
+            "training_seed": self._seed,
+        }
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -209,6 +275,7 @@ class ResumableDataCallback(pl.Callback):
                 f"ResumableDataCallback.load_state_dict expected the dict its state_dict() "
                 f"wrote, got {type(state_dict).__name__}."
             )
+        self._restore_seed(state_dict.get("training_seed"))  # added later: may be absent
         saved = state_dict.get("phases")
         now = [_phase_dict(p) for p in self.phases]
         allowed = self._datamodule is not None and self._datamodule.allow_config_change
@@ -226,6 +293,19 @@ class ResumableDataCallback(pl.Callback):
             "phases, or pass ResumableDataModule(allow_config_change=True) to accept the "
             "change."
         )
+
+    def _restore_seed(self, saved: object) -> None:
+        """Continue with the checkpoint's training seed unless one was passed explicitly."""
+        if self._seed is None or self.training_seed is not None or not isinstance(saved, int):
+            return
+        if saved != self._seed:
+            rank_zero_info(
+                f"Resuming with the checkpoint's training seed {saved} (this run derived "
+                f"{self._seed}: the DataModule's or seed_everything's seed changed), so the "
+                "training randomness continues the interrupted run's. Pass "
+                "ResumableDataCallback(training_seed=...) to choose another."
+            )
+            self._seed = saved
 
 
 def _restate_batch_progress(trainer: pl.Trainer, saved: int, now: int) -> None:
