@@ -118,3 +118,27 @@ def test_progress_bar_keeps_its_total_and_epoch_after_a_mid_epoch_resume(runs: R
     assert lines[0]["title"].startswith("Epoch 1")
     # Written before the bar counts the batch: the tenth batch of epoch 1 saw nine.
     assert lines[1]["n"] == 10
+
+
+@pytest.mark.parametrize(
+    ("setting", "stop"),
+    [
+        ("default", "mid-epoch"),
+        ("limit_train_batches=0.5", "last batch"),
+        ("reload_dataloaders_every_n_epochs=1", "epoch end"),
+    ],
+)
+def test_resume_with_workers_reads_what_the_uninterrupted_run_reads(
+    runs: Runs, setting: str, stop: str
+) -> None:
+    """Two persistent workers prefetching ahead change nothing, before or after the resume."""
+    args = [*SETTINGS[setting], "--workers", "2"]
+    reference = runs.run(runs.root / f"workers-ref-{setting}", args)
+    assert ledger(reference).batches() == ledger(runs.reference(setting, 4)).batches()
+    checkpoint, _ = runs.stop_checkpoint(setting, stop, 4)
+    step = int(torch.load(checkpoint, map_location="cpu", weights_only=False)["global_step"])
+    name = f"workers-{setting}-{stop}".replace(" ", "_")
+    resumed = ledger(runs.reference(setting, 4)).cut(step) + ledger(
+        runs.run(runs.root / name, [*args, "--ckpt", str(checkpoint)])
+    )
+    assert resumed.batches() == ledger(reference).batches()
