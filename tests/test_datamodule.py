@@ -59,7 +59,7 @@ def test_changed_configuration_is_refused_unless_allowed() -> None:
     state = saved.state_dict()
     with pytest.raises(StateMismatchError, match=r"seed: saved 1, now 2.*allow_config_change=True"):
         ResumableDataModule(IndexDataset(40), seed=2).load_state_dict(state)
-    with pytest.raises(StateMismatchError, match="sources: saved"):
+    with pytest.raises(StateMismatchError, match="dataset length: saved 40, now 41"):
         ResumableDataModule(IndexDataset(41), seed=1).load_state_dict(state)
     ResumableDataModule(IndexDataset(40), seed=2, allow_config_change=True).load_state_dict(state)
     ResumableDataModule(IndexDataset(40), seed=1, batch_size=7).load_state_dict(state)  # elastic

@@ -12,6 +12,12 @@ from typing_extensions import override
 
 from lightning_resumable_data.datasets.mixture import MixtureDataset
 from lightning_resumable_data.index.permutation import PermutationAlgorithm, check_algorithm
+from lightning_resumable_data.lightning._checks import (
+    check_dataset,
+    check_keywords,
+    check_weights_for,
+    describe_sources,
+)
 from lightning_resumable_data.lightning.steps import limited_batches, step_position
 from lightning_resumable_data.loader import StatefulDataLoader
 from lightning_resumable_data.samplers.distributed import DistributedSampler, check_non_negative_int
@@ -78,6 +84,11 @@ class ResumableDataModule(pl.LightningDataModule):
         (13, 'DistributedSampler')
     """
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> ResumableDataModule:
+        """Check the keywords first, so that a misspelled one names its likely fix."""
+        check_keywords(cls.__init__, cls.__name__, list(kwargs))
+        return super().__new__(cls)
+
     def __init__(
         self,
         train_dataset: Dataset[Any] | Mapping[str, Dataset[Any]] | Sequence[Any] | None = None,
@@ -102,6 +113,12 @@ class ResumableDataModule(pl.LightningDataModule):
         allow_config_change: bool = False,
     ) -> None:
         super().__init__()
+        for argument, value in (
+            ("train_dataset", train_dataset),
+            ("val_dataset", val_dataset),
+            ("test_dataset", test_dataset),
+        ):
+            check_dataset(argument, value)
         self.train_dataset = train_dataset
         self.val_dataset = val_dataset
         self.test_dataset = test_dataset
@@ -119,7 +136,7 @@ class ResumableDataModule(pl.LightningDataModule):
         self.shuffle = shuffle
         self.algorithm: PermutationAlgorithm = check_algorithm(algorithm)
         self.drop_last = drop_last
-        self.weights = None if weights is None else dict(weights)
+        self.weights = check_weights_for(train_dataset, weights)
         self.temperature = temperature
         self.samples_per_epoch = samples_per_epoch
         self.pin_memory = pin_memory
@@ -132,6 +149,7 @@ class ResumableDataModule(pl.LightningDataModule):
         self.train_loader: StatefulDataLoader | None = None
         self._loader_state: dict[str, Any] | None = None  # restored, applied at build
         self._saved_global_step = 0  # the optimizer step the restored position belongs to
+        self._loader_trainer: pl.Trainer | None = None  # the trainer that built train_loader
 
     @property
     def trainer(self) -> pl.Trainer | None:
@@ -164,6 +182,8 @@ class ResumableDataModule(pl.LightningDataModule):
                 "ResumableDataModule has no train_dataset: pass one, or assign "
                 "self.train_dataset in setup()."
             )
+        check_dataset("train_dataset", self.train_dataset)  # also when set in setup()
+        check_weights_for(self.train_dataset, self.weights)
         num_replicas, rank = self.world()
         sampler: DistributedSampler
         dataset: Any = self.train_dataset
@@ -203,6 +223,7 @@ class ResumableDataModule(pl.LightningDataModule):
         max_epochs = self.trainer.max_epochs if self.trainer is not None else None
         if self._loader_state is None and self._reloading():
             self._loader_state = self.train_loader.state_dict()  # type: ignore[union-attr]
+        self._loader_trainer = self.trainer
         self.train_loader = StatefulDataLoader(
             dataset,
             batch_size=self.batch_size,
@@ -218,12 +239,14 @@ class ResumableDataModule(pl.LightningDataModule):
         return self.train_loader
 
     def _reloading(self) -> bool:
-        """Whether Lightning rebuilds the training loader in the middle of a fit."""
-        fit_loop = getattr(self.trainer, "fit_loop", None)
-        return (
-            self.train_loader is not None
-            and getattr(fit_loop, "_combined_loader", None) is not None
-        )
+        """Whether the trainer that built the live loader asks for a new one.
+
+        Lightning rebuilds the loader during a fit (``reload_dataloaders_every_n_epochs``),
+        and a second ``trainer.fit`` on the same trainer continues its steps and epochs: in
+        both cases the data continues from the live position. A new trainer starts afresh
+        (or from its checkpoint).
+        """
+        return self.train_loader is not None and self._loader_trainer is self.trainer
 
     def _schedule_phases(self, sampler: MixtureSampler) -> None:
         """Install the phases as weight changes at exact (epoch, position)s, before any read.
@@ -374,7 +397,10 @@ class ResumableDataModule(pl.LightningDataModule):
                 "to the trainer's callbacks."
             )
         if changed and not self.allow_config_change:
-            details = "; ".join(f"{k}: saved {a!r}, now {b!r}" for k, (a, b) in changed.items())
+            details = "; ".join(
+                describe_sources(a, b) if k == "sources" else f"{k}: saved {a!r}, now {b!r}"
+                for k, (a, b) in changed.items()
+            )
             raise StateMismatchError(
                 f"Cannot resume: the data configuration changed ({details}). The resumed run "
                 "would not see the batches the interrupted run would have seen. Restore the "

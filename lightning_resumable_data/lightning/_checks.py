@@ -1,0 +1,129 @@
+"""Argument checks of the data module: each error names the value, the rule and the fix.
+
+The checks run where a newcomer's mistake would otherwise surface late or vaguely: a sampler
+or a loader passed where a dataset goes (``'DistributedSampler' object is not
+subscriptable`` in a worker), weights as a list (``cannot convert dictionary update
+sequence element``), weights on a single dataset (silently ignored), a misspelled keyword.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from torch.utils.data import DataLoader, Sampler
+
+__all__ = ["check_dataset", "check_keywords", "check_weights_for", "describe_sources"]
+
+
+def check_dataset(argument: str, value: object) -> None:
+    """Refuse a sampler or a loader where a dataset goes.
+
+    Args:
+        argument: The argument's name, for the message (``"train_dataset"``).
+        value: What was passed: a dataset, a mapping of sources, or ``None``.
+
+    Raises:
+        TypeError: ``value`` (or one of its sources) is a ``Sampler`` or a ``DataLoader``.
+
+    Example:
+        >>> check_dataset("train_dataset", range(4))
+        >>> check_dataset("train_dataset", {"web": range(4)})
+    """
+    if isinstance(value, Mapping):
+        for name, source in value.items():
+            check_dataset(f"{argument}[{name!r}]", source)
+        return
+    if isinstance(value, (Sampler, DataLoader)):
+        kind = "sampler" if isinstance(value, Sampler) else "loader"
+        inner = getattr(value, "dataset", None) or getattr(value, "data_source", None)
+        fix = (
+            f"Pass its dataset ({type(inner).__name__})"
+            if inner is not None
+            else "Pass the dataset"
+        )
+        raise TypeError(
+            f"{argument} is a {type(value).__name__}, but ResumableDataModule wants the dataset "
+            f"itself: it builds the {kind} (and the rest) from the trainer's strategy. {fix} "
+            f"instead, e.g. ResumableDataModule({kind}.dataset, batch_size=...)."
+        )
+
+
+def check_weights_for(train_dataset: object, weights: object) -> dict[str, float] | None:
+    """Return ``weights`` as a dict, or raise if they cannot apply to ``train_dataset``.
+
+    Args:
+        train_dataset: The training dataset (``None`` when a subclass sets it in ``setup``).
+        weights: The ``weights`` argument.
+
+    Raises:
+        TypeError: ``weights`` is not a mapping of source names to numbers.
+        ValueError: ``weights`` are given for a single (unnamed) dataset.
+
+    Example:
+        >>> check_weights_for({"web": range(8), "code": range(2)}, {"web": 0.8, "code": 0.2})
+        {'web': 0.8, 'code': 0.2}
+    """
+    if weights is None:
+        return None
+    if not isinstance(weights, Mapping):
+        names = list(train_dataset) if isinstance(train_dataset, Mapping) else ["web", "code"]
+        example = ", ".join(f"{n!r}: ..." for n in names)
+        raise TypeError(
+            f"weights={weights!r} must be a mapping of source names to weights, got a "
+            f"{type(weights).__name__}; name each source: weights={{{example}}}."
+        )
+    if train_dataset is not None and not isinstance(train_dataset, Mapping):
+        raise ValueError(
+            f"weights={dict(weights)!r} apply to a mixture of named sources, but train_dataset "
+            f"is a single {type(train_dataset).__name__}; pass the sources as a mapping, e.g. "
+            f"ResumableDataModule({{{', '.join(f'{n!r}: ...' for n in weights)}}}, "
+            "weights=...), or drop weights."
+        )
+    return dict(weights)
+
+
+def describe_sources(saved: object, now: object) -> str:
+    """The sources part of a mismatch message, in the user's words.
+
+    A single dataset is recorded as one unnamed source (``{"": n}``): say "dataset length".
+
+    Example:
+        >>> describe_sources({"": 100}, {"": 101})
+        'dataset length: saved 100, now 101'
+        >>> describe_sources({"web": 4}, {"web": 5})
+        "sources: saved {'web': 4}, now {'web': 5}"
+    """
+    if isinstance(saved, Mapping) and isinstance(now, Mapping) and list(saved) == list(now) == [""]:
+        return f"dataset length: saved {saved['']}, now {now['']}"
+    return f"sources: saved {saved!r}, now {now!r}"
+
+
+def check_keywords(init: Callable[..., Any], owner: str, keywords: Sequence[str]) -> None:
+    """Raise a ``TypeError`` naming a close match for each keyword ``init`` does not take.
+
+    Args:
+        init: The ``__init__`` the keywords are for.
+        owner: The class name, for the message.
+        keywords: The keyword names of the call.
+
+    Raises:
+        TypeError: A keyword is not a parameter of ``init`` (and ``init`` has no ``**``).
+
+    Example:
+        >>> def init(self, dataset, *, batch_size=1): ...
+        >>> check_keywords(init, "Module", ["batch_size"])
+    """
+    parameters = inspect.signature(init).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return
+    known = [n for n, p in parameters.items() if n != "self" and p.kind is not p.VAR_POSITIONAL]
+    for keyword in keywords:
+        if keyword not in known:
+            close = difflib.get_close_matches(keyword, known, n=1)
+            fix = f"did you mean {close[0]}=?" if close else "remove it."
+            raise TypeError(
+                f"{owner}() got an unknown argument {keyword}=; {fix} It takes: {', '.join(known)}."
+            )
