@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -142,3 +143,16 @@ def test_resume_with_workers_reads_what_the_uninterrupted_run_reads(
         runs.run(runs.root / name, [*args, "--ckpt", str(checkpoint)])
     )
     assert resumed.batches() == ledger(reference).batches()
+
+
+def test_a_second_fit_of_the_same_trainer_continues_the_data(runs: Runs) -> None:
+    """``max_steps`` ends the first fit mid-epoch; more steps on the same trainer go on."""
+    out = runs.run(
+        runs.root / "refit",
+        ["--max-epochs", "-1", "--max-steps", "22", "--refit-max-steps", "48"],
+    )
+    # Lightning counts the batches of the second fit's first epoch from 0: compare steps.
+    def steps(run: Path) -> list[tuple[Any, Any]]:
+        return [(x["step"], x["ids"]) for x in ledger(run).ranks[0]]
+
+    assert steps(out) == steps(runs.reference("default", 4))

@@ -105,6 +105,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=0)
     parser.add_argument("--progress-bar", action="store_true", help="log its total and title")
     parser.add_argument("--ckpt")
+    parser.add_argument("--refit-max-steps", type=int, help="then fit again to this many steps")
     return parser.parse_args(argv)
 
 
@@ -165,7 +166,11 @@ def main(argv: Sequence[str]) -> None:
         enable_model_summary=False,
         default_root_dir=args.out,
     )
-    trainer.fit(Model(args.out), datamodule=datamodule, ckpt_path=args.ckpt)
+    model = Model(args.out)
+    trainer.fit(model, datamodule=datamodule, ckpt_path=args.ckpt)
+    if args.refit_max_steps is not None:  # the same trainer, more steps: training continues
+        trainer.fit_loop.epoch_loop.max_steps = args.refit_max_steps
+        trainer.fit(model, datamodule=datamodule)
 
 
 if __name__ == "__main__":
