@@ -7,56 +7,102 @@ Example:
     [1, 3, 5, 7]
 """
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
-from lightning_resumable_data.datasets import MixtureDataset
-from lightning_resumable_data.loader import StatefulDataLoader
-from lightning_resumable_data.randomness import SampleKey, sample_rng
-from lightning_resumable_data.samplers import (
-    DistributedSampler,
-    MixturePhase,
-    MixtureSampler,
-    RepeatBatchSampler,
-    RepeatSampler,
-    ReproducibleShuffleBatchSampler,
-    ReproducibleShuffleSampler,
-    ResumableSequentialSampler,
-    ShardBatchSampler,
-    ShardSampler,
-    SkipBatchSampler,
-    SkipSampler,
-)
-from lightning_resumable_data.shards import (
-    DatasetShardReader,
-    DistributedShardedDataset,
-    ShardedDataLoader,
-    ShardedSampler,
-    ShardReader,
-    TokenShardReader,
-    open_token_shards,
-    write_token_shards,
-)
-from lightning_resumable_data.state import (
-    STATE_VERSION,
-    ResumeWarning,
-    StateMismatchError,
-)
-
 if TYPE_CHECKING:
+    from lightning_resumable_data.datasets import MixtureDataset
     from lightning_resumable_data.lightning import ResumableDataCallback, ResumableDataModule
+    from lightning_resumable_data.loader import StatefulDataLoader
+    from lightning_resumable_data.randomness import SampleKey, sample_rng
+    from lightning_resumable_data.samplers import (
+        DistributedSampler,
+        MixturePhase,
+        MixtureSampler,
+        RepeatBatchSampler,
+        RepeatSampler,
+        ReproducibleShuffleBatchSampler,
+        ReproducibleShuffleSampler,
+        ResumableSequentialSampler,
+        ShardBatchSampler,
+        ShardSampler,
+        SkipBatchSampler,
+        SkipSampler,
+    )
+    from lightning_resumable_data.shards import (
+        DatasetShardReader,
+        DistributedShardedDataset,
+        ShardedDataLoader,
+        ShardedSampler,
+        ShardReader,
+        TokenShardReader,
+        open_token_shards,
+        write_token_shards,
+    )
+    from lightning_resumable_data.state import (
+        STATE_VERSION,
+        ResumeWarning,
+        StateMismatchError,
+    )
 
 __version__ = "0.1.0"
 
-_LAZY = {"ResumableDataCallback", "ResumableDataModule"}
+# Every name is imported on first use, so that `lrd --version` and `lrd --help` (and any
+# `import lightning_resumable_data.<light module>`) do not pay for importing torch and
+# Lightning (seconds): name -> the submodule that defines it.
+_LAZY = {
+    "MixtureDataset": "datasets",
+    "ResumableDataCallback": "lightning",
+    "ResumableDataModule": "lightning",
+    "StatefulDataLoader": "loader",
+    "SampleKey": "randomness",
+    "sample_rng": "randomness",
+    **dict.fromkeys(
+        [
+            "DistributedSampler",
+            "MixturePhase",
+            "MixtureSampler",
+            "RepeatBatchSampler",
+            "RepeatSampler",
+            "ReproducibleShuffleBatchSampler",
+            "ReproducibleShuffleSampler",
+            "ResumableSequentialSampler",
+            "ShardBatchSampler",
+            "ShardSampler",
+            "SkipBatchSampler",
+            "SkipSampler",
+        ],
+        "samplers",
+    ),
+    **dict.fromkeys(
+        [
+            "DatasetShardReader",
+            "DistributedShardedDataset",
+            "ShardedDataLoader",
+            "ShardedSampler",
+            "ShardReader",
+            "TokenShardReader",
+            "open_token_shards",
+            "write_token_shards",
+        ],
+        "shards",
+    ),
+    **dict.fromkeys(["STATE_VERSION", "ResumeWarning", "StateMismatchError"], "state"),
+}
 
 
 def __getattr__(name: str) -> Any:
-    """Import the Lightning integration on first use: ``lightning.pytorch`` is slow to import."""
+    """Import an exported name's submodule on first use (torch and Lightning are slow)."""
     if name in _LAZY:
-        from lightning_resumable_data import lightning
-
-        return getattr(lightning, name)
+        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+        globals()[name] = value  # later look-ups skip this function
+        return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The module's names, the lazy ones included (for tab completion and ``dir()``)."""
+    return sorted({*globals(), *_LAZY})
 
 
 __all__ = [
