@@ -189,8 +189,12 @@ class ResumableDataCallback(pl.Callback):
             if bar is not None and getattr(bar, "is_enabled", True):
                 bar.on_train_epoch_start(trainer, pl_module)  # restores its total and title
         if self._seed is not None:  # last: nothing this hook does draws after it
-            micro_batch = batch_idx % max(1, int(trainer.accumulate_grad_batches))
-            seed_training_step(self._rank, self._seed, trainer.global_step, micro_batch)
+            seed_training_step(
+                self._rank,
+                self._seed,
+                trainer.global_step,
+                _micro_batch(trainer, pl_module, batch_idx),
+            )
 
     @override
     def on_validation_batch_start(
@@ -306,6 +310,18 @@ class ResumableDataCallback(pl.Callback):
                 "ResumableDataCallback(training_seed=...) to choose another."
             )
             self._seed = saved
+
+
+def _micro_batch(trainer: pl.Trainer, pl_module: pl.LightningModule, batch_idx: int) -> int:
+    """The batch's index within its optimizer step: what tells its key from its step's others.
+
+    Automatic optimization steps every ``accumulate_grad_batches`` batches of an epoch. Under
+    manual optimization the step counter moves only when the module steps an optimizer, so
+    the batch's index in the epoch tells apart batches that share a step.
+    """
+    if not pl_module.automatic_optimization:
+        return batch_idx
+    return batch_idx % max(1, int(trainer.accumulate_grad_batches))
 
 
 def _restate_batch_progress(trainer: pl.Trainer, saved: int, now: int) -> None:

@@ -1,0 +1,223 @@
+"""Keyed training randomness: the seeds, the generators they reach, and the callback's use.
+
+The bit-identical resumes of real runs are in ``tests/matrix/test_training_randomness.py``;
+here: the key (distinct streams), every generator reseeded (CUDA by mocking: this machine
+has no GPU), the rank sources, the run seed, and in-process ``Trainer`` runs for what the
+callback overrides and when (``seed_training=False`` leaves the generators alone).
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import numpy as np
+import pytest
+import torch
+from lightning.fabric import Fabric
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+from lightning_resumable_data import ResumableDataCallback, ResumableDataModule
+from lightning_resumable_data.seeding import (
+    data_parallel_rank,
+    run_seed,
+    seed_training_step,
+    seed_validation_batch,
+    step_seeds,
+)
+
+
+def draws() -> tuple[float, float, float]:
+    return float(torch.rand(())), float(np.random.random()), random.random()
+
+
+# -- the key ---------------------------------------------------------------------------------
+
+
+def test_every_key_field_gives_its_own_stream() -> None:
+    keys = [(0, 0, 0, 0), (1, 0, 0, 0), (0, 1, 0, 0), (0, 0, 1, 0), (0, 0, 0, 1), (2**32, 0, 0, 0)]
+    seeds = [step_seeds(*key) for key in keys]
+    assert len({s.torch for s in seeds}) == len({s.numpy for s in seeds}) == len(keys)
+    assert len({s.python for s in seeds}) == len(keys)
+    validation = step_seeds(0, 0, 0, 0, validation_batch=0)
+    assert validation.torch not in {s.torch for s in seeds}
+
+
+def test_fixed_width_keys_do_not_collide_across_magnitudes() -> None:
+    # (2**32, 5) and (0, 1 + 5 * 2**32) share SeedSequence words without fixed widths
+    assert step_seeds(2**32, 5, 0) != step_seeds(0, 1 + 5 * 2**32, 0)
+
+
+def test_seeding_reaches_torch_numpy_and_random() -> None:
+    seed_training_step(0, seed=3, step=10, micro_batch=1)
+    first = draws()
+    draws()  # move every generator on
+    seed_training_step(0, seed=3, step=10, micro_batch=1)
+    assert draws() == first
+    seed_training_step(0, seed=3, step=11)
+    assert all(a != b for a, b in zip(draws(), first, strict=True))
+
+
+def test_validation_batches_have_their_own_stream() -> None:
+    seed_training_step(0, seed=3, step=4)
+    training = draws()
+    seed_validation_batch(0, seed=3, step=4, batch=0)
+    validation = draws()
+    seed_validation_batch(0, seed=3, step=4, batch=0)
+    assert draws() == validation != training
+
+
+def test_cuda_generators_are_seeded_when_cuda_is_available(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # No GPU here: the CUDA path is checked with a mocked torch.cuda.
+    calls: list[int] = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "manual_seed_all", calls.append)
+    seeds = seed_training_step(1, seed=0, step=2)
+    assert calls == [seeds.torch]
+    assert torch.initial_seed() == seeds.torch  # the CPU generator got the same seed
+
+
+def test_values_out_of_range_are_refused() -> None:
+    with pytest.raises(ValueError, match="2\\*\\*64"):
+        step_seeds(-1, 0, 0)
+    with pytest.raises(ValueError, match="rank=-2"):
+        seed_training_step(-2, seed=0, step=0)
+
+
+# -- where the rank comes from --------------------------------------------------------------
+
+
+class _Strategy:
+    distributed_sampler_kwargs = {"num_replicas": 4, "rank": 2}
+
+
+class _Trainer:
+    strategy = _Strategy()
+    global_rank = 5  # a model-parallel peer: the data-parallel rank is the strategy's
+
+
+def test_data_parallel_rank_sources() -> None:
+    assert data_parallel_rank(3) == 3
+    assert data_parallel_rank(np.int64(1)) == 1
+    assert data_parallel_rank(_Trainer()) == 2
+    assert data_parallel_rank(Fabric(accelerator="cpu", devices=1)) == 0
+    with pytest.raises(TypeError, match="data-parallel rank of str"):
+        data_parallel_rank("0")
+
+
+def test_fabric_helper_equals_the_rank_form() -> None:
+    fabric = Fabric(accelerator="cpu", devices=1)
+    assert seed_training_step(fabric, seed=9, step=7) == seed_training_step(0, seed=9, step=7)
+
+
+# -- the run seed ---------------------------------------------------------------------------
+
+
+def test_run_seed_keys_the_seed_everything_seed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PL_GLOBAL_SEED", raising=False)
+    assert run_seed(4) == 4
+    monkeypatch.setenv("PL_GLOBAL_SEED", "42")
+    assert run_seed(4) == run_seed(4, 42) != run_seed(4, 43)
+    assert run_seed(4) != 4
+
+
+def test_callback_arguments_are_checked() -> None:
+    with pytest.raises(TypeError, match="seed_training='yes' must be True or False"):
+        ResumableDataCallback(seed_training="yes")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="training_seed=-1 must be an int in"):
+        ResumableDataCallback(training_seed=-1)
+
+
+# -- in-process Trainer runs: what the callback overrides, and when -------------------------
+
+
+class _Recorder(pl.LightningModule):
+    """Records the generators' states at the start and end of every training step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(2, 1)
+        self.states: list[tuple[str, int, Any]] = []
+
+    def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
+        self.states.append(("start", self.global_step, _state()))
+        noise = torch.randn(()) + float(np.random.random()) + random.random()
+        self.states.append(("end", self.global_step, _state()))
+        loss: torch.Tensor = self.layer(batch.float().view(-1, 1).repeat(1, 2)).mean() + 0 * noise
+        return loss
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def _state() -> tuple[bytes, bytes, Any]:
+    return (
+        torch.get_rng_state().numpy().tobytes(),
+        np.random.get_state()[1].tobytes(),  # type: ignore[index]
+        random.getstate(),
+    )
+
+
+def _fit(
+    tmp_path: Path,
+    callback: ResumableDataCallback | None,
+    ckpt: str | None = None,
+    model: _Recorder | None = None,
+) -> _Recorder:
+    model = model or _Recorder()
+    callbacks: list[pl.Callback] = [
+        ModelCheckpoint(dirpath=tmp_path, filename="{step}", every_n_train_steps=1, save_top_k=-1)
+    ]
+    if callback is not None:
+        callbacks.append(callback)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        max_steps=4,
+        callbacks=callbacks,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        default_root_dir=tmp_path,
+    )
+    datamodule = ResumableDataModule(range(16), batch_size=4, seed=6)
+    trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt)
+    return model
+
+
+def test_default_reseeds_every_training_batch(tmp_path: Path) -> None:
+    pl.seed_everything(1)
+    model = _fit(tmp_path, None)  # the DataModule installs the callback: seeding on
+    starts = [(step, state) for kind, step, state in model.states if kind == "start"]
+    for step, state in starts:
+        seed_training_step(0, run_seed(6, 1), step)
+        assert state == _state()
+
+
+def test_opt_out_leaves_the_generators_alone(tmp_path: Path) -> None:
+    pl.seed_everything(1)
+    model = _Recorder()
+    expected = _state()  # nothing draws between here and the first training step
+    _fit(tmp_path, ResumableDataCallback(seed_training=False), model=model)
+    assert len(model.states) == 8
+    for kind, _, state in model.states:
+        if kind == "start":
+            assert state == expected  # what the previous step left: nothing reseeded
+        expected = state
+
+
+def test_seed_everything_sweeps_still_vary_and_a_resume_keeps_the_saved_seed(
+    tmp_path: Path,
+) -> None:
+    pl.seed_everything(1)
+    first = _fit(tmp_path / "a", None)
+    pl.seed_everything(2)
+    other = _fit(tmp_path / "b", None)
+    assert first.states[0] != other.states[0]  # another seed_everything seed: other masks
+    # resumed under seed_everything(2): the checkpoint's training seed continues the run
+    resumed = _fit(tmp_path / "c", None, ckpt=str(tmp_path / "a" / "step=2.ckpt"))
+    assert resumed.states == first.states[4:]
