@@ -96,11 +96,11 @@ def _run(args: argparse.Namespace) -> int:
     from lightning_resumable_data.cli.plan import format_plan, load_config, make_plan, plot_plan
 
     plan = make_plan(load_config(args.config))
-    if args.png is not None:
+    print(json.dumps(plan.to_json(), indent=2) if args.json else format_plan(plan), flush=True)
+    if args.png is not None:  # the table first: the plot needs an optional dependency
         plot_plan(plan, args.png)
-    print(json.dumps(plan.to_json(), indent=2) if args.json else format_plan(plan))
-    if args.png is not None and not args.json:
-        print(f"\nwrote {args.png}")
+        if not args.json:
+            print(f"\nwrote {args.png}")
     return 0
 
 

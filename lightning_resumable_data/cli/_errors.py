@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["EXIT_FAILURE", "EXIT_USAGE", "CliError"]
+__all__ = ["DOCS_URL", "EXIT_FAILURE", "EXIT_USAGE", "CliError"]
+
+DOCS_URL: Final = "https://lightning-resumable-data.readthedocs.io/en/latest/"  # mkdocs site_url
 
 EXIT_USAGE: Final = 2  # bad arguments or bad input files (argparse uses 2 as well)
 EXIT_FAILURE: Final = 1  # everything else: a missing optional dependency, an unwritable file

@@ -372,6 +372,7 @@ def _resume_report(
     consumed = int(state["consumed"])
     per_rank = sampler.samples_left(consumed)
     remaining = max(sampler.epoch_length - consumed, 0)
+
     def batches(samples: int) -> int:
         return samples // batch_size if loader.drop_last else -(-samples // batch_size)
 

@@ -36,7 +36,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from lightning_resumable_data.cli._dryrun import DataSpec, build_datamodule, quiet
-from lightning_resumable_data.cli._errors import EXIT_FAILURE, CliError
+from lightning_resumable_data.cli._errors import DOCS_URL, EXIT_FAILURE, CliError
 from lightning_resumable_data.cli._format import count, percent, table
 from lightning_resumable_data.index.mixture import mixture_probabilities
 from lightning_resumable_data.samplers.mixture import MixturePhase, MixtureSampler, check_phases
@@ -57,6 +57,7 @@ _KEYS: Final = (
 )
 _REQUIRED: Final = ("sources", "batch_size", "max_steps")
 _PHASE_KEYS: Final = ("start_step", "start_epoch", "weights", "temperature")
+_FORMAT_URL: Final = f"{DOCS_URL}cli/#lrd-plan"
 _EXACT_EPOCHS: Final = 2000  # beyond this, identical epochs are counted once and multiplied
 
 
@@ -98,7 +99,7 @@ def _parse(path: Path) -> object:
     if not path.is_file():
         what = "is a directory, not a config file" if path.is_dir() else "does not exist"
         raise CliError(
-            f"{path} {what}", hint="pass a YAML or JSON mixture config (see docs/cli.md)."
+            f"{path} {what}", hint=f"pass a YAML or JSON mixture config ({_FORMAT_URL})."
         )
     try:
         text = path.read_text(encoding="utf-8")
@@ -132,7 +133,7 @@ class _Checker:
     def __init__(self, path: Path) -> None:
         self.path = path
 
-    def fail(self, message: str, hint: str = "see docs/cli.md for the config format.") -> CliError:
+    def fail(self, message: str, hint: str = f"the config format: {_FORMAT_URL}") -> CliError:
         return CliError(f"{self.path}: {message}", hint=hint)
 
     def integer(self, value: object, key: str, minimum: int) -> int:
@@ -417,7 +418,7 @@ def make_plan(config: PlanConfig) -> Plan:
             sampler = module.train_dataloader().position_sampler
         except (ValueError, TypeError) as error:
             raise CliError(
-                f"{config.path}: {error}", hint="see docs/cli.md for the config format."
+                f"{config.path}: {error}", hint=f"the config format: {_FORMAT_URL}"
             ) from None
     assert isinstance(sampler, MixtureSampler)
     batches = len(module.train_dataloader())  # per epoch, a short last batch included
@@ -550,7 +551,7 @@ def plot_plan(plan: Plan, path: Path) -> None:
     except ImportError:
         raise CliError(
             "--png needs matplotlib, which is not installed",
-            hint="pip install matplotlib (or the package's 'docs' extra).",
+            hint="pip install 'lightning-resumable-data[cli]' (or pip install matplotlib).",
             code=EXIT_FAILURE,
         ) from None
     names = list(plan.config.sources)

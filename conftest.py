@@ -1,0 +1,38 @@
+"""Every Python snippet of README.md and docs/ runs as written, through Sybil.
+
+A page's snippets share one namespace, top to bottom, so a page can show its set-up once
+(a visible block of stand-in datasets and a model) and the snippets after it use those
+names. Each page runs in a fresh temporary folder: checkpoints and shards the snippets write
+land there. A snippet that cannot run here (it needs a GPU cluster) is preceded by a
+visible ``<!-- skip: next "reason" -->`` comment in the page's source.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any
+
+from sybil import Sybil
+from sybil.parsers.markdown import PythonCodeBlockParser, SkipParser
+
+collect_ignore_glob = ["docs/*.py"]  # the docs' build helpers are not tests
+
+
+def _enter(namespace: dict[str, Any]) -> None:
+    namespace["_lrd_cwd"] = os.getcwd()
+    namespace["_lrd_tmp"] = tempfile.TemporaryDirectory(prefix="lrd-docs-")
+    os.chdir(namespace["_lrd_tmp"].name)
+
+
+def _leave(namespace: dict[str, Any]) -> None:
+    os.chdir(namespace["_lrd_cwd"])
+    namespace["_lrd_tmp"].cleanup()
+
+
+pytest_collect_file = Sybil(
+    parsers=[PythonCodeBlockParser(), SkipParser()],
+    patterns=["*.md"],
+    setup=_enter,
+    teardown=_leave,
+).pytest()
