@@ -29,6 +29,7 @@ if TYPE_CHECKING:
         SkipBatchSampler,
         SkipSampler,
     )
+    from lightning_resumable_data.seeding import seed_training_step
     from lightning_resumable_data.shards import (
         DatasetShardReader,
         DistributedShardedDataset,
@@ -57,6 +58,7 @@ _LAZY = {
     "StatefulDataLoader": "loader",
     "SampleKey": "randomness",
     "sample_rng": "randomness",
+    "seed_training_step": "seeding",
     **dict.fromkeys(
         [
             "DistributedSampler",
@@ -135,5 +137,6 @@ __all__ = [
     "__version__",
     "open_token_shards",
     "sample_rng",
+    "seed_training_step",
     "write_token_shards",
 ]

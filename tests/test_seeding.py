@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import lightning.pytorch as pl
 import numpy as np
@@ -92,7 +92,7 @@ def test_values_out_of_range_are_refused() -> None:
 
 
 class _Strategy:
-    distributed_sampler_kwargs = {"num_replicas": 4, "rank": 2}
+    distributed_sampler_kwargs: ClassVar[dict[str, int]] = {"num_replicas": 4, "rank": 2}
 
 
 class _Trainer:
