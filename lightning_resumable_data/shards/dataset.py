@@ -291,6 +291,9 @@ class DistributedShardedDataset(torch.utils.data.Dataset[T], Generic[T]):
                 residency.cache.move_to_end(shard)
             if residency.last != (epoch, shard):
                 residency.last = (epoch, shard)
+                follow = getattr(self.readers[shard], "follow_order", None)
+                if follow is not None:  # a remote reader downloads ahead in this order
+                    follow(epoch, shard, self.seed, self.shuffle_shards, self.readers)
                 for upcoming in self._upcoming(residency, epoch, shard):
                     if upcoming in residency.cache:
                         residency.cache.move_to_end(upcoming)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+from typing import IO, Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 from numpy.typing import DTypeLike, NDArray
@@ -96,6 +96,15 @@ class TokenShardReader:
         (3, [8, 9, 10, 11])
     """
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> TokenShardReader:
+        """A URL (``s3://``, ``https://``, ...) builds a ``RemoteTokenShardReader``."""
+        path = args[0] if args else kwargs.get("path")
+        if cls is TokenShardReader and isinstance(path, str) and "://" in path:
+            from lightning_resumable_data.remote.tokens import RemoteTokenShardReader
+
+            return super().__new__(RemoteTokenShardReader)
+        return super().__new__(cls)
+
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -138,13 +147,17 @@ class TokenShardReader:
                 "shard directory and its index with write_token_shards."
             ) from None
 
+    def _header_file(self) -> IO[bytes]:
+        """The start of the file, for its ``.npy`` header (a remote reader range-reads it)."""
+        return self.path.open("rb")
+
     def _inspect(self) -> tuple[int, int]:
         """Byte offset of the tokens and number of samples, from the size (and header)."""
         size = self._file_size()
         sample_bytes = self.seq_len * self.dtype.itemsize
         offset, data_bytes = 0, size
         if self.path.suffix == ".npy":
-            with self.path.open("rb") as file:
+            with self._header_file() as file:
                 version = np.lib.format.read_magic(file)
                 if version == (1, 0):
                     shape, fortran, dtype = np.lib.format.read_array_header_1_0(file)

@@ -31,12 +31,15 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import IO, TYPE_CHECKING, Any, Final
 
 import numpy as np
 from numpy.typing import ArrayLike, DTypeLike
 
 from lightning_resumable_data.shards.readers import TokenShardReader
+
+if TYPE_CHECKING:
+    from lightning_resumable_data.remote.cache import ShardCache
 
 __all__ = [
     "INDEX_FILE",
@@ -278,8 +281,14 @@ def open_token_shards(
     dtype: DTypeLike | None = None,
     pattern: str = "*.bin",
     preload: bool = True,
+    cache: ShardCache | None = None,
 ) -> list[TokenShardReader]:
     """Return one :class:`TokenShardReader` per shard of ``directory``, loading none.
+
+    ``directory`` may be a URL (``s3://bucket/shards``, ``https://...``, ``gs://``, ...,
+    with the ``[remote]`` extra): the shards are then downloaded into ``cache`` (a
+    :class:`~lightning_resumable_data.remote.ShardCache`) as they are needed; see
+    :func:`~lightning_resumable_data.remote.open_remote_token_shards`.
 
     With an ``index.json``, the index gives the order and the sizes, and every file is
     checked against it (``seq_len``/``dtype``, if given, must agree with it). Without one,
@@ -305,6 +314,15 @@ def open_token_shards(
         ...
         ValueError: token shard ... has 2 bytes, but index.json says 8 ...
     """
+    if isinstance(directory, str) and "://" in directory:  # object storage (remote/)
+        from lightning_resumable_data.remote.tokens import open_remote_token_shards
+
+        return list(
+            open_remote_token_shards(
+                directory, seq_len=seq_len, dtype=dtype, pattern=pattern, preload=preload,
+                cache=cache,
+            )
+        )  # fmt: skip
     root = Path(directory)
     if not (root / INDEX_FILE).exists() and seq_len is not None:
         if dtype is None:

@@ -1,0 +1,371 @@
+"""A node-local cache of remote shards: atomic, verified, bounded, shared by processes.
+
+Every rank and DataLoader worker of a node may share one cache directory. A shard is
+downloaded by one process at a time (an exclusive ``flock`` on its lock file; the others
+wait and then find it there), written to a temporary file and renamed into place, so a
+reader never sees half a shard. The download is checked against the size the index or the
+listing gave and, where the backend gives an MD5 ETag (S3 single-part uploads), against the
+checksum: a truncated or replaced object is an error naming the URL, never wrong tokens.
+The cached file's name includes the size and ETag, so a replaced object is never served
+from a stale copy.
+
+``max_bytes`` bounds the files plus the downloads in flight (a temporary file is created
+under the cache lock before its download starts and counts at its full size). To make
+room, the cache deletes the files this process will not need soonest: first those outside
+the upcoming order (:meth:`ShardCache.follow`, fed from the epoch order), oldest first, then
+the upcoming ones from the farthest back. Files being read (a shared lock) are never
+deleted. Nothing here is part of a checkpoint: a resume on other nodes, another cache
+directory or none at all reads the same samples.
+
+Example:
+    >>> import tempfile
+    >>> source = os.path.join(tempfile.mkdtemp(), "a.bin")
+    >>> with open(source, "wb") as file:
+    ...     _ = file.write(b"12345678")
+    >>> cache = ShardCache(tempfile.mkdtemp(), max_bytes=1 << 20)
+    >>> remote = cache.stat("file://" + source)
+    >>> with cache.local(remote) as path:
+    ...     path.read_bytes()
+    b'12345678'
+    >>> cache.cached_bytes()
+    8
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import re
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from lightning_resumable_data.remote.retry import RetryPolicy, with_retries
+from lightning_resumable_data.remote.urls import filesystem, redact, url_name
+
+__all__ = ["RemoteObject", "ShardCache"]
+
+_CHUNK: Final = 64 << 20  # one ranged GET per 64 MiB
+_MD5: Final = re.compile(r"^[0-9a-f]{32}$")
+_TMP: Final = re.compile(r"^\.(?P<name>.+)\.(?P<size>\d+)\.\d+\.\d+\.tmp$")
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteObject:
+    """One remote file as listed: its URL, size in bytes and ETag (``None`` if unknown)."""
+
+    url: str
+    size: int
+    etag: str | None = None
+
+    @property
+    def key(self) -> str:
+        """The cache file name: the object's name, prefixed by a digest of URL, size, ETag."""
+        digest = hashlib.sha1(f"{redact(self.url)}|{self.size}|{self.etag}".encode())
+        return f"{digest.hexdigest()[:16]}-{url_name(self.url)}"
+
+
+def _etag(info: dict[str, Any]) -> str | None:
+    for name in ("ETag", "etag", "md5"):
+        value = info.get(name)
+        if isinstance(value, str) and value:
+            return value.strip('"')
+    return None
+
+
+class ShardCache:
+    """Downloads remote files into ``directory`` and keeps at most ``max_bytes`` there.
+
+    Args:
+        directory: The node-local cache directory (created if needed), shared by every
+            process of the node that reads the same data.
+        max_bytes: Bound on the bytes of cached files plus downloads in flight; ``None``
+            for no bound. Must hold the shards being read at once (with the default
+            ``DistributedShardedDataset(max_resident=2)``, two shards per process).
+        storage_options: fsspec filesystem options (endpoint, credentials, ...). They are
+            never written to a state, a log or an error message.
+        retry: Retries of transient errors (see :class:`RetryPolicy`).
+        prefetch_bytes: Bound on the bytes of prefetch downloads in flight.
+        prefetch_workers: Concurrent prefetch downloads per process.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        max_bytes: int | None = None,
+        storage_options: dict[str, Any] | None = None,
+        retry: RetryPolicy | None = None,
+        prefetch_bytes: int = 512 << 20,
+        prefetch_workers: int = 4,
+    ) -> None:
+        if max_bytes is not None and (isinstance(max_bytes, bool) or max_bytes < 1):
+            raise ValueError(f"max_bytes={max_bytes!r} must be a positive int or None.")
+        if prefetch_bytes < 0 or prefetch_workers < 1:
+            raise ValueError(
+                f"prefetch_bytes={prefetch_bytes} must be >= 0 and "
+                f"prefetch_workers={prefetch_workers} >= 1."
+            )
+        self.directory = Path(directory).absolute()
+        self.max_bytes = max_bytes
+        self.storage_options = dict(storage_options or {})
+        self.retry = retry or RetryPolicy()
+        self.prefetch_bytes = prefetch_bytes
+        self.prefetch_workers = prefetch_workers
+        self.downloads = 0  # downloads this process completed (for tests and stats)
+        self._fs: dict[str, tuple[Any, int]] = {}
+        self._priority: dict[str, int] = {}
+        self._planner: Any = None
+        self._lock = threading.Lock()
+
+    # -- remote requests -----------------------------------------------------------------
+
+    def _filesystem(self, url: str) -> tuple[Any, str]:
+        scheme = url.split("://", 1)[0]
+        entry = self._fs.get(scheme)
+        if entry is None or entry[1] != os.getpid():  # a forked worker opens its own
+            fs, _ = filesystem(url, self.storage_options)
+            self._fs[scheme] = entry = (fs, os.getpid())
+        return entry[0], type(entry[0])._strip_protocol(url)
+
+    def stat(self, url: str) -> RemoteObject:
+        """Size and ETag of ``url`` (one request, retried)."""
+        fs, path = self._filesystem(url)
+        with contextlib.suppress(Exception):
+            fs.invalidate_cache(path)  # a listing cached earlier may be stale
+        info = with_retries(lambda: fs.info(path), url, self.retry, "stat")
+        if info.get("size") is None:
+            raise ValueError(f"{redact(url)!r} has no known size; the server must send one.")
+        return RemoteObject(url, int(info["size"]), _etag(info))
+
+    def listing(self, url: str) -> dict[str, RemoteObject]:
+        """The files directly under the directory ``url`` by name (one request, retried).
+
+        Backends without listings (a plain HTTP server without an index page) give ``{}``.
+        """
+        fs, path = self._filesystem(url)
+        try:
+            entries = with_retries(lambda: fs.ls(path, detail=True), url, self.retry, "list")
+        except (FileNotFoundError, NotImplementedError, PermissionError):
+            return {}
+        out = {}
+        for info in entries:
+            if info.get("type") == "file" and info.get("size") is not None:
+                child = url.rstrip("/") + "/" + str(info["name"]).rstrip("/").rsplit("/", 1)[-1]
+                out[url_name(child)] = RemoteObject(child, int(info["size"]), _etag(info))
+        return out
+
+    def read_bytes(self, url: str, start: int | None = None, stop: int | None = None) -> bytes:
+        """Bytes ``[start, stop)`` of ``url`` (the whole object by default), retried.
+
+        A range request where the server supports one; a server that ignores ``Range``
+        (``python -m http.server``) sends the whole object, which is sliced here.
+        """
+        fs, path = self._filesystem(url)
+        data: bytes = with_retries(
+            lambda: fs.cat_file(path, start=start, end=stop), url, self.retry
+        )
+        if start is not None and stop is not None and len(data) > stop - start:
+            data = data[start:stop]
+        return data
+
+    def _get(self, remote: RemoteObject) -> bytes:
+        if remote.size <= _CHUNK:
+            data = self.read_bytes(remote.url)
+        else:
+            parts = [
+                self.read_bytes(remote.url, start, min(start + _CHUNK, remote.size))
+                for start in range(0, remote.size, _CHUNK)
+            ]
+            data = b"".join(parts)
+        if len(data) != remote.size:
+            raise ValueError(
+                f"{redact(remote.url)!r} sent {len(data)} bytes, but it was listed with "
+                f"{remote.size}: the object is truncated or was replaced after the shards were "
+                "opened. Restore it (or reopen the shards if the change is intended)."
+            )
+        if remote.etag and _MD5.match(remote.etag):
+            actual = hashlib.md5(data, usedforsecurity=False).hexdigest()
+            if actual != remote.etag:
+                raise ValueError(
+                    f"{redact(remote.url)!r} has MD5 {actual}, but it was listed with ETag "
+                    f"{remote.etag}: the object changed after the shards were opened, or was "
+                    "corrupted in transit. Restore it, or reopen the shards over the new data."
+                )
+        return data
+
+    # -- the local files -----------------------------------------------------------------
+
+    def path_for(self, remote: RemoteObject) -> Path:
+        """Where ``remote`` is (or will be) cached."""
+        return self.directory / remote.key
+
+    def _file_lock(self, path: Path) -> int:
+        locks = self.directory / ".locks"
+        locks.mkdir(parents=True, exist_ok=True)
+        return os.open(locks / path.name, os.O_RDWR | os.O_CREAT, 0o644)
+
+    @contextlib.contextmanager
+    def _locked(self, path: Path, mode: int) -> Iterator[None]:
+        descriptor = self._file_lock(path)
+        try:
+            fcntl.flock(descriptor, mode)
+            yield
+        finally:
+            os.close(descriptor)  # closing releases the lock
+
+    def cached_bytes(self) -> int:
+        """Bytes of the cached files and the downloads in flight (all processes)."""
+        return sum(size for _, size, _ in self._entries())
+
+    def _entries(self) -> list[tuple[Path, int, float]]:
+        """(path, bytes counted, last use) of every file and reservation in the cache."""
+        out = []
+        with contextlib.suppress(FileNotFoundError):
+            for entry in os.scandir(self.directory):
+                if not entry.is_file() or entry.name.startswith(".lock"):
+                    continue
+                with contextlib.suppress(FileNotFoundError):
+                    stat = entry.stat()
+                    reserved = _TMP.match(entry.name)
+                    size = int(reserved["size"]) if reserved else stat.st_size
+                    out.append((Path(entry.path), size, stat.st_mtime))
+        return out
+
+    def fetch(self, remote: RemoteObject, *, rank: int | None = None) -> Path | None:
+        """Download ``remote`` unless it is cached; return its local path.
+
+        ``rank=None``: needed now; any file not being read may be evicted for it, and an
+        error is raised if there is no room. A prefetch passes its ``rank`` in the order
+        ahead: it evicts only files needed later than it, and returns ``None`` if that
+        does not make room.
+        """
+        target = self.path_for(remote)
+        if target.exists():
+            return target
+        self.directory.mkdir(parents=True, exist_ok=True)
+        with self._locked(target, fcntl.LOCK_EX):
+            if target.exists():  # another process downloaded it while we waited
+                return target
+            temporary = self._reserve(remote, target, rank)
+            if temporary is None:
+                return None
+            try:
+                temporary.write_bytes(self._get(remote))
+                os.replace(temporary, target)
+                self.downloads += 1
+            finally:
+                temporary.unlink(missing_ok=True)
+        return target
+
+    def _reserve(self, remote: RemoteObject, target: Path, rank: int | None) -> Path | None:
+        """Make room for ``remote`` and create its temporary file (under the cache lock)."""
+        name = f".{target.name}.{remote.size}.{os.getpid()}.{threading.get_ident()}.tmp"
+        temporary = target.with_name(name)
+        with self._locked(self.directory / ".lock", fcntl.LOCK_EX):
+            if self.max_bytes is not None and not self._make_room(remote.size, rank):
+                if rank is not None:
+                    return None
+                raise ValueError(
+                    f"ShardCache(max_bytes={self.max_bytes}) cannot hold {redact(remote.url)!r} "
+                    f"({remote.size} bytes) next to the {self.cached_bytes()} bytes being read "
+                    f"or downloaded in {str(self.directory)!r}. Raise max_bytes (at least the "
+                    "largest shard times the shards resident per process, times the processes "
+                    "sharing the cache)."
+                )
+            temporary.touch()
+        return temporary
+
+    def _make_room(self, size: int, rank: int | None) -> bool:
+        assert self.max_bytes is not None
+        entries = self._entries()
+        total = sum(counted for _, counted, _ in entries) + size
+        if total <= self.max_bytes:
+            return True
+        far = len(self._priority) + 1
+        victims = sorted(
+            (e for e in entries if not _TMP.match(e[0].name)),
+            key=lambda e: (-self._priority.get(e[0].name, far), e[2]),
+        )
+        for path, counted, _ in victims:
+            if total <= self.max_bytes:
+                break
+            if rank is not None and self._priority.get(path.name, far) <= rank:
+                break  # needed no later than the prefetch that asks for room
+            descriptor = self._file_lock(path)
+            try:
+                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # being downloaded or read
+            else:
+                path.unlink(missing_ok=True)
+                total -= counted
+            finally:
+                os.close(descriptor)
+        return total <= self.max_bytes
+
+    @contextlib.contextmanager
+    def local(self, remote: RemoteObject) -> Iterator[Path]:
+        """The cached path of ``remote`` (downloaded if needed), kept while the block runs.
+
+        The shared lock held meanwhile keeps other processes from evicting the file.
+        """
+        for _ in range(8):
+            planner = self._planner
+            if planner is not None:
+                planner.wait(remote)
+            target = self.fetch(remote)
+            if target is None:  # pragma: no cover - fetch() without rank raises instead
+                continue
+            descriptor = self._file_lock(target)
+            try:
+                fcntl.flock(descriptor, fcntl.LOCK_SH)
+                if target.exists():  # not evicted (or the directory deleted) meanwhile
+                    os.utime(target)
+                    yield target
+                    return
+            finally:
+                os.close(descriptor)
+        raise RuntimeError(f"{redact(remote.url)!r} kept vanishing from {str(self.directory)!r}.")
+
+    # -- the order ahead -----------------------------------------------------------------
+
+    def follow(self, upcoming: Sequence[RemoteObject]) -> None:
+        """Plan by the order ahead: ``upcoming[0]`` is read now, the rest next, in order.
+
+        Eviction keeps the nearest of them; the prefetcher downloads them in order within
+        ``max_bytes`` and ``prefetch_bytes``.
+        """
+        from lightning_resumable_data.remote.prefetch import Prefetcher
+
+        with self._lock:
+            self._priority = {}
+            for rank, remote in enumerate(upcoming):
+                self._priority.setdefault(remote.key, rank)  # its first use counts
+            planner = self._planner
+            if planner is None or planner.pid != os.getpid():
+                planner = self._planner = Prefetcher(self)
+        planner.plan(list(upcoming))
+
+    def close(self) -> None:
+        """Stop the prefetch downloads of this process (a later read restarts them)."""
+        planner, self._planner = self._planner, None
+        if planner is not None:
+            planner.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle the configuration only: a worker opens its own connections and threads."""
+        state = {**self.__dict__, "_fs": {}, "_planner": None, "_priority": {}}
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"ShardCache({str(self.directory)!r}, max_bytes={self.max_bytes})"

@@ -1,0 +1,141 @@
+"""Real servers for the remote-storage tests, on 127.0.0.1 and a free port, always stopped.
+
+* :func:`moto_s3`: ``moto_server`` (from ``moto[server]``) in a subprocess: a local S3;
+* :class:`FileServer`: a threaded ``http.server`` serving a directory in this process, with
+  a per-request delay, forced status codes per path, a request log and stop/restart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import http.server
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_http(url: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=1).close()
+            return
+        except OSError as error:
+            if getattr(error, "code", None):  # an HTTP error status: the server answers
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{url} did not come up in {timeout} s") from error
+            time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def moto_s3() -> Iterator[str]:
+    """Start ``moto_server`` on 127.0.0.1 and yield its endpoint URL; always stop it."""
+    port = free_port()
+    binary = shutil.which("moto_server", path=os.path.dirname(sys.executable))
+    command = [binary] if binary else [sys.executable, "-m", "moto.server"]
+    process = subprocess.Popen(
+        [*command, "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        endpoint = f"http://127.0.0.1:{port}"
+        _wait_http(endpoint)
+        yield endpoint
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+class _Handler(http.server.SimpleHTTPRequestHandler):
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _intercept(self) -> bool:
+        self.server.requests.append((self.command, self.path))
+        if self.server.delay:
+            time.sleep(self.server.delay)
+        status = self.server.status.get(self.path)
+        if status is not None:
+            self.send_error(status)
+            return True
+        return False
+
+    def do_GET(self) -> None:
+        if not self._intercept():
+            super().do_GET()
+
+    def do_HEAD(self) -> None:
+        if not self._intercept():
+            super().do_HEAD()
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    delay = 0.0
+    status: dict[str, int]
+    requests: list[tuple[str, str]]
+
+
+class FileServer:
+    """Serve ``directory`` over HTTP on 127.0.0.1; :meth:`stop` and :meth:`start` again."""
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.directory = Path(directory)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.delay = 0.0
+        self.status: dict[str, int] = {}
+        self.requests: list[tuple[str, str]] = []
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        handler = functools.partial(_Handler, directory=str(self.directory))
+        server = _Server(("127.0.0.1", self.port), handler)
+        server.delay, server.status, server.requests = self.delay, self.status, self.requests
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def set_delay(self, seconds: float) -> None:
+        self.delay = seconds
+        if self._server is not None:
+            self._server.delay = seconds
+
+    def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if self._thread is not None:
+            self._thread.join()
+
+    def __enter__(self) -> FileServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

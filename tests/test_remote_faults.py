@@ -1,0 +1,200 @@
+"""Faults of remote storage: a server that dies and comes back, a slow one, bad objects,
+403/404, a cache deleted mid-run, two processes sharing one cache."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("fsspec")
+pytest.importorskip("aiohttp")
+
+from remote_servers import FileServer
+from test_remote_storage import (
+    SHARDS,
+    batches,
+    make_shards,
+    s3,  # noqa: F401  (a fixture)
+    s3_endpoint,  # noqa: F401  (a fixture)
+)
+
+from lightning_resumable_data.remote import RetryPolicy, ShardCache
+from lightning_resumable_data.shards import (
+    DistributedShardedDataset,
+    open_token_shards,
+)
+
+FAST = RetryPolicy(attempts=12, base_s=0.05, cap_s=0.5)
+
+
+def dataset_over(url: str, cache: ShardCache) -> DistributedShardedDataset[Any]:
+    return DistributedShardedDataset(open_token_shards(url, cache=cache), prefetch=1, seed=11)
+
+
+def test_server_killed_mid_epoch_and_restarted(tmp_path: Path) -> None:
+    local = make_shards(tmp_path / "d")
+    expected = Counter(r.read(i).tobytes() for r in local for i in range(len(r)))
+    server = FileServer(tmp_path / "d")
+    server.start()
+    try:
+        cache = ShardCache(tmp_path / "c", max_bytes=2 * 512, retry=FAST, prefetch_bytes=0)
+        dataset = dataset_over(server.url, cache)
+        ledger: list[bytes] = []
+        restart = threading.Timer(0.6, server.start)
+        for step, batch in enumerate(batches(dataset)):
+            ledger += batch
+            if step == 6:  # mid-epoch: the next shard is not downloaded yet
+                server.stop()
+                restart.start()
+        restart.join()
+        dataset.close()
+    finally:
+        server.stop()
+    assert Counter(ledger) == expected  # nothing lost, nothing read twice
+
+
+def test_server_down_for_good_names_the_url(tmp_path: Path) -> None:
+    make_shards(tmp_path / "d")
+    with FileServer(tmp_path / "d") as server:
+        cache = ShardCache(tmp_path / "c", retry=RetryPolicy(attempts=3, base_s=0.01))
+        readers = open_token_shards(server.url, cache=cache)
+    with pytest.raises(OSError, match=r"after 3 attempts.*reachable") as info:
+        readers[0].load()
+    assert f"{server.url}/shard_00000.bin" in str(info.value)
+
+
+def test_slow_server_is_hidden_by_prefetch(tmp_path: Path) -> None:
+    make_shards(tmp_path / "d")
+    stalls = {}
+    with FileServer(tmp_path / "d") as server:
+        for prefetch_bytes in (0, 1 << 20):
+            server.set_delay(0.0)
+            cache = ShardCache(
+                tmp_path / f"c{prefetch_bytes}", prefetch_bytes=prefetch_bytes, retry=FAST
+            )
+            dataset = DistributedShardedDataset(
+                open_token_shards(server.url, cache=cache), prefetch=0, seed=1
+            )
+            server.set_delay(0.15)  # per request: a far-away server
+            stalls[prefetch_bytes] = 0.0
+            it = batches(dataset)
+            while True:
+                start = time.perf_counter()
+                if next(it, None) is None:
+                    break
+                stalls[prefetch_bytes] += time.perf_counter() - start
+                time.sleep(0.06)  # the training step
+            dataset.close()
+            cache.close()
+            assert cache.downloads == SHARDS
+    # Without prefetch each of the 6 shards waits for its download; with it only the
+    # first does: the others download during the training steps.
+    assert stalls[0] > 6 * 0.15
+    assert stalls[1 << 20] < stalls[0] / 2, stalls
+
+
+def test_truncated_object_is_detected(tmp_path: Path) -> None:
+    make_shards(tmp_path / "d")
+    with FileServer(tmp_path / "d") as server:
+        cache = ShardCache(tmp_path / "c", retry=FAST)
+        readers = open_token_shards(server.url, cache=cache)  # HTTP: sizes from the index
+        path = tmp_path / "d" / "shard_00002.bin"
+        path.write_bytes(path.read_bytes()[:100])
+        with pytest.raises(ValueError, match=r"shard_00002.bin' sent 100 bytes.*truncated"):
+            readers[2].load()
+        assert not any(p.name.endswith("shard_00002.bin") for p in (tmp_path / "c").iterdir())
+
+
+def test_changed_s3_object(s3: dict[str, Any], tmp_path: Path) -> None:  # noqa: F811
+    cache = ShardCache(tmp_path / "c", storage_options=s3["options"], retry=FAST)
+    readers = open_token_shards(s3["url"], cache=cache)
+    data = bytearray((s3["local"] / "shard_00001.bin").read_bytes())
+    data[:2] = b"\xff\xff"  # same size, other tokens
+    s3["fs"].pipe(f"{s3['url']}/shard_00001.bin", bytes(data))
+    with pytest.raises(ValueError, match=r"shard_00001.bin' has MD5 .* changed"):
+        readers[1].load()
+    with pytest.raises(ValueError, match="rewritten"):
+        readers[1].check()
+
+
+@pytest.mark.parametrize(("status", "error"), [(403, PermissionError), (404, FileNotFoundError)])
+def test_forbidden_and_missing_are_not_retried(
+    tmp_path: Path, status: int, error: type[Exception]
+) -> None:
+    make_shards(tmp_path / "d")
+    with FileServer(tmp_path / "d") as server:
+        cache = ShardCache(tmp_path / "c", retry=RetryPolicy(attempts=6, base_s=0.2))
+        readers = open_token_shards(server.url, cache=cache)
+        server.status["/shard_00003.bin"] = status
+        server.requests.clear()
+        start = time.perf_counter()
+        with pytest.raises(error, match=r"shard_00003.bin.*Not retried"):
+            readers[3].load()
+        assert time.perf_counter() - start < 0.5  # no backoff
+        assert server.requests == [("GET", "/shard_00003.bin")]  # one request, no storm
+
+
+def test_cache_directory_deleted_mid_run(tmp_path: Path) -> None:
+    local = make_shards(tmp_path / "d")
+    expected = Counter(r.read(i).tobytes() for r in local for i in range(len(r)))
+    with FileServer(tmp_path / "d") as server:
+        cache = ShardCache(tmp_path / "c", max_bytes=3 * 512, retry=FAST)
+        dataset = dataset_over(server.url, cache)
+        ledger: list[bytes] = []
+        for step, batch in enumerate(batches(dataset)):
+            ledger += batch
+            if step in (5, 13):
+                shutil.rmtree(tmp_path / "c", ignore_errors=True)
+        dataset.close()
+        cache.close()
+    assert Counter(ledger) == expected
+
+
+_CHILD = textwrap.dedent(
+    """
+    import hashlib, sys
+    from lightning_resumable_data.remote import ShardCache
+    from lightning_resumable_data.shards import open_token_shards
+    cache = ShardCache(sys.argv[2], max_bytes=3 * 512)
+    digest = hashlib.sha256()
+    for _ in range(3):
+        for reader in open_token_shards(sys.argv[1], cache=cache):
+            digest.update(reader.read_range(0, len(reader)).tobytes())
+            reader.close()
+    print(digest.hexdigest(), cache.downloads)
+    """
+)
+
+
+def test_two_processes_share_one_cache(tmp_path: Path) -> None:
+    local = make_shards(tmp_path / "d")
+    import hashlib
+
+    digest = hashlib.sha256()
+    for _ in range(3):
+        for reader in local:
+            digest.update(reader.read_range(0, len(reader)).tobytes())
+    with FileServer(tmp_path / "d") as server:
+        children = [
+            subprocess.Popen(
+                [sys.executable, "-c", _CHILD, server.url, str(tmp_path / "shared")],
+                stdout=subprocess.PIPE, text=True,
+            )
+            for _ in range(2)
+        ]  # fmt: skip
+        outputs = [child.communicate(timeout=120)[0].split() for child in children]
+    assert [child.returncode for child in children] == [0, 0]
+    assert [out[0] for out in outputs] == [digest.hexdigest()] * 2
+    cached = sum(p.stat().st_size for p in (tmp_path / "shared").iterdir() if p.is_file())
+    assert cached <= 3 * 512
+    assert np.all([int(out[1]) >= 0 for out in outputs])
