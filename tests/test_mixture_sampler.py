@@ -346,17 +346,18 @@ def test_rank_work_is_proportional_to_its_positions(monkeypatch: pytest.MonkeyPa
     assert work == {1: len(big(1, 0, 2**20 + 12345)), 64: len(big(64, 63, 2**20 + 12345))}
 
 
-def test_changes_are_accepted_from_the_first_position_not_computed() -> None:
+def test_changes_are_accepted_from_the_first_position_not_handed_out() -> None:
     s = big(4, 0)
     it = iter(s)
     next(it)
-    assert s.frontier == 4 * RANK_CHUNK  # a few thousand samples per rank ahead, no more
-    with pytest.raises(ValueError, match=f"earliest allowed position is {s.frontier} "):
-        s.update_weights(NEW_WEIGHTS, position=s.frontier - 1)
-    s.update_weights(NEW_WEIGHTS, position=s.frontier)
+    assert s.frontier > s.consumed == 4  # computed ahead; handed out: one position per rank
+    with pytest.raises(ValueError, match="earliest allowed position is 4 "):
+        s.update_weights(NEW_WEIGHTS, position=3)
+    at = s.update_weights(NEW_WEIGHTS, position=8)  # inside the computed chunk: recomputed
+    assert at == (0, 8)
+    saved = s.state_at(0, 4)  # the cut segment keeps its plan
     rest = list(itertools.islice(it, 3 * RANK_CHUNK))
     resumed = big(4, 0)
-    resumed.load_state_dict(s.state_dict())  # the cut segment keeps its plan
-    assert list(itertools.islice(resumed, 1000)) == list(itertools.islice(it, 1000))
-    assert len(rest) == 3 * RANK_CHUNK
+    resumed.load_state_dict(saved)
+    assert list(itertools.islice(resumed, 3 * RANK_CHUNK)) == rest
     assert s.state_dict()["fingerprint"]["order"] == "blocks-leaves-feistel/2"

@@ -12,6 +12,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
 from lightning_resumable_data.lightning.datamodule import ResumableDataModule, _phase_dict
+from lightning_resumable_data.lightning.mixing import OnlineMixer, Policy
 from lightning_resumable_data.loader import StatefulDataLoader
 from lightning_resumable_data.samplers.mixture import MixturePhase, MixtureSampler, check_phases
 from lightning_resumable_data.seeding import (
@@ -67,6 +68,10 @@ class ResumableDataCallback(pl.Callback):
     Args:
         phases: Weight changes by ``start_step`` (optimizer steps) or ``start_epoch``.
         log_every_n_steps: Logging period; ``None`` uses the trainer's, ``0`` disables.
+        policy: Online mixing: ``(trainer, module, stats) -> weights | None``, run every
+            ``policy_every_n_steps`` optimizer steps on every rank; rank 0's result is
+            applied on every rank (see ``docs/mixing.md``).
+        policy_every_n_steps: Period of the policy and of :meth:`set_weights`'s sync points.
         seed_training: Reseed the global RNGs at every training and validation batch of
             ``fit``; ``False`` leaves them to you (``seed_everything`` and your own code).
         training_seed: The training seed; ``None`` takes the DataModule's ``seed`` (0
@@ -81,6 +86,8 @@ class ResumableDataCallback(pl.Callback):
         log_every_n_steps: int | None = None,
         seed_training: bool = True,
         training_seed: int | None = None,
+        policy: Policy | None = None,
+        policy_every_n_steps: int | None = None,
     ) -> None:
         self.phases = tuple(phases)
         for phase in self.phases:
@@ -111,6 +118,21 @@ class ResumableDataCallback(pl.Callback):
         self._rank = 0
         self._datamodule: ResumableDataModule | None = None
         self._epoch_started = True
+        self.mixer = OnlineMixer(policy, policy_every_n_steps)
+
+    def set_weights(self, weights: object, temperature: float | None = None) -> None:
+        """Change the mixture weights during ``fit``, from any hook (see ``docs/mixing.md``).
+
+        Checked now; applied at the next sync point (the next optimizer step with one rank,
+        every ``policy_every_n_steps`` with several, rank 0's request winning), from the
+        first step no rank has handed out, and recorded in the checkpoint.
+
+        Raises:
+            RuntimeError: Called outside ``fit``, or without a mixture.
+            TypeError: Weights of the wrong type (nothing is queued).
+            ValueError: Bad weights or temperature (nothing is queued).
+        """
+        self.mixer.set_weights(weights, temperature)
 
     @property
     @override
@@ -151,6 +173,7 @@ class ResumableDataCallback(pl.Callback):
         self._epoch_started = False
         if loader is None:
             return
+        self.mixer.loader = loader
         if loader.layout_change is not None:  # restate Lightning's batches in this layout
             _restate_batch_progress(trainer, *loader.layout_change)
             loader.layout_change = None
@@ -223,6 +246,8 @@ class ResumableDataCallback(pl.Callback):
         if loader is None:
             return
         loader.note_trained(batch_idx + 1)
+        self.mixer.loader = loader  # a reloaded loader replaces the old one
+        self.mixer.step_end(trainer, pl_module)
         if batch_idx + 1 >= trainer.num_training_batches:
             # Lightning ends the epoch here, maybe before the data runs out
             # (limit_train_batches): say so before a checkpoint of this batch is written.
@@ -245,6 +270,10 @@ class ResumableDataCallback(pl.Callback):
         drawn = sampler.source_counts(consumed, loader.epoch)
         metrics |= {f"data/drawn/{k}": float(v) for k, v in drawn.items()}
         pl_module.log_dict(metrics, rank_zero_only=True)
+
+    @override
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.mixer.loader = None  # set_weights after fit is refused
 
     @override
     def on_load_checkpoint(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
@@ -22,11 +22,16 @@ from lightning_resumable_data.index.mixture import (
     source_samples,
     target_counts,
 )
+from lightning_resumable_data.index.partition import rank_span, span_positions
+from lightning_resumable_data.randomness import make_sample_keys
+from lightning_resumable_data.samplers._chunks import ChunkStream
 from lightning_resumable_data.samplers.distributed import DistributedSampler, check_non_negative_int
 from lightning_resumable_data.samplers.schedule import (
     MixturePhase,
     check_phases,
     check_schedule,
+    compact_schedule,
+    entry_key,
     reconcile_schedule,
 )
 from lightning_resumable_data.state import check_state
@@ -47,6 +52,7 @@ class _Segment:
     key: tuple[int, int, int]
     arrangement: Arrangement
     base: NDArray[np.int64]  # draws of each source in the epoch before this segment
+    drawn: NDArray[np.int64]  # samples of each source in the epoch's positions [0, start)
 
 
 class MixtureSampler(DistributedSampler):
@@ -132,6 +138,8 @@ class MixtureSampler(DistributedSampler):
         self._initial = {"weights": first["weights"], "temperature": first["temperature"]}
         self._schedule: list[dict[str, Any]] = [first]
         self._plans: dict[int, list[_Segment]] = {}
+        self._computed: list[Any] | None = None  # the chunk being read (see _chunks)
+        self._restart = False  # a batched iteration recomputes from its next batch
         self.allow_schedule_change = False
 
     # -- weights and schedule ---------------------------------------------------------------
@@ -167,7 +175,12 @@ class MixtureSampler(DistributedSampler):
         return [float(w) for w in array]
 
     def _entry(
-        self, epoch: int, position: int, weights: Weights, temperature: float
+        self,
+        epoch: int,
+        position: int,
+        weights: Weights,
+        temperature: float,
+        kind: str = "declared",
     ) -> dict[str, Any]:
         values = self._weights_list(weights)
         mixture_probabilities(values, temperature)  # validates the temperature
@@ -177,6 +190,7 @@ class MixtureSampler(DistributedSampler):
             "weights": values,
             "temperature": float(temperature),
             "plan_end": None,
+            "kind": kind,
         }
 
     @property
@@ -191,8 +205,7 @@ class MixtureSampler(DistributedSampler):
         return dict(zip(self.mixture.names, probs.tolist(), strict=True))
 
     def _governing(self, epoch: int, position: int) -> int:
-        keys = [(e["epoch"], e["position"]) for e in self._schedule]
-        return bisect.bisect_right(keys, (epoch, position)) - 1
+        return bisect.bisect_right(self._schedule, (epoch, position), key=entry_key) - 1
 
     def update_weights(
         self,
@@ -201,66 +214,90 @@ class MixtureSampler(DistributedSampler):
         *,
         epoch: int | None = None,
         position: int | None = None,
-    ) -> None:
-        """Change the weights from global ``position`` of ``epoch`` on.
+        kind: str = "declared",
+    ) -> tuple[int, int]:
+        """Change the weights from global ``position`` of ``epoch`` on; return where.
 
-        By default the change starts where this epoch's order has not been computed yet
-        (:attr:`frontier`: at most ``RANK_CHUNK * num_replicas`` positions past what was
-        yielded). For a change at an exact step on every rank, pass ``position`` (the
-        Lightning callback does): any position from the frontier on is accepted. A change
-        cannot start where the order has already been computed (prefetched samples would
-        differ); the error names the earliest allowed position.
+        By default the change starts at the earliest position this rank has not handed out
+        (yielded to the loader) yet: :attr:`consumed`. Any position from there on is
+        accepted; positions already computed but not handed out (at most ``RANK_CHUNK`` of
+        this rank's) are recomputed. A position already handed out is refused, and the
+        error names the earliest allowed one. With several ranks, pass the same position
+        on every rank, one no rank has handed out (the Lightning callback does).
 
-        The segment it interrupts keeps the arrangement it was planned with (its prefix is
-        used), so the result depends only on the sequence of calls, never on timing.
+        The segment a change interrupts keeps the arrangement it was planned with (its
+        prefix is used), so the result depends only on the schedule, never on timing.
+
+        Args:
+            weights: A weight per source (a mapping naming every source, or a sequence).
+            temperature: The temperature; ``None`` keeps the one in force there.
+            epoch: The epoch; ``None`` is the current one.
+            position: The global position; ``None`` is the earliest not handed out.
+            kind: ``"declared"`` (a phase: checked against the schedule on resume) or
+                ``"online"`` (decided during training: replayed from the state).
 
         Raises:
-            ValueError: Bad weights or temperature, or a position already computed.
+            ValueError: Bad weights or temperature, or a position already handed out.
 
         Example:
             >>> mix = MixtureDataset({"web": range(100), "code": range(10)})
             >>> sampler = MixtureSampler(mix, [1.0, 1.0], 1, 0, samples_per_epoch=10**6)
-            >>> first = next(iter(sampler))
-            >>> sampler.frontier
-            4096
-            >>> sampler.update_weights([1.0, 3.0], position=sampler.frontier)
-            >>> sampler.weights_at(0, 4096)
+            >>> it = iter(sampler)
+            >>> first = [next(it) for _ in range(3)]
+            >>> sampler.update_weights([1.0, 3.0])  # the 4th position on
+            (0, 3)
+            >>> sampler.weights_at(0, 3)
             {'web': 0.25, 'code': 0.75}
         """
         epoch = self.epoch if epoch is None else check_non_negative_int("epoch", epoch)
-        if position is None:
-            position = self.frontier if epoch == self.epoch else 0
-        position = check_non_negative_int("position", position)
-        last = self._schedule[-1]
-        temperature = last["temperature"] if temperature is None else temperature
-        entry = self._entry(epoch, position, weights, temperature)
-        same = [e for e in self._schedule if (e["epoch"], e["position"]) == (epoch, position)]
-        if same and (same[0]["weights"], same[0]["temperature"]) == (
+        earliest = self.consumed if epoch == self.epoch else 0
+        position = earliest if position is None else check_non_negative_int("position", position)
+        if kind not in ("declared", "online"):
+            raise ValueError(f"kind={kind!r} must be 'declared' or 'online'.")
+        governing = self._schedule[max(0, self._governing(epoch, position))]
+        temperature = governing["temperature"] if temperature is None else temperature
+        entry = self._entry(epoch, position, weights, temperature, kind)
+        index = self._governing(epoch, position)
+        same = index >= 0 and entry_key(self._schedule[index]) == (epoch, position)
+        if same and (governing["weights"], governing["temperature"]) == (
             entry["weights"],
             entry["temperature"],
         ):
-            return  # already scheduled (e.g. restored from a checkpoint): nothing changes
-        if (epoch, position) < (self.epoch, self.frontier):
-            raise ValueError(
-                f"update_weights(epoch={epoch}, position={position}) is too late: the order up "
-                f"to position {self.frontier} of epoch {self.epoch} is already computed "
-                f"(prefetched). The earliest allowed position is {self.frontier} of epoch "
-                f"{self.epoch}; pass position >= {self.frontier}, or schedule the change "
-                "before reading."
-            )
-        if (epoch, position) < (last["epoch"], last["position"]):
+            return epoch, position  # already scheduled (e.g. restored from a checkpoint)
+        self._check_not_handed_out(epoch, position)
+        last = self._schedule[-1]
+        if kind == "declared" and (epoch, position) < entry_key(last):
             raise ValueError(
                 f"update_weights(epoch={epoch}, position={position}) comes before the last "
                 f"change (epoch {last['epoch']}, position {last['position']}); add changes in "
-                "order."
+                "order (online changes, kind='online', may come before declared phases)."
             )
         if not same and self._started(epoch):
             self._freeze_segment_at(epoch, position)
-        if (last["epoch"], last["position"]) == (epoch, position):
-            self._schedule[-1] = entry
+            index = self._governing(epoch, position)
+        tail = index == len(self._schedule) - 1
+        if same:
+            self._schedule[index] = entry
         else:
-            self._schedule.append(entry)
-        self._plans.clear()
+            self._schedule.insert(index + 1, entry)
+        if tail and self._can_extend(epoch, position):
+            self._extend_plan(epoch, entry)
+        else:
+            self._plans.clear()
+        if epoch == self.epoch and position < self.frontier:
+            self._rewrite_computed(position)
+        return epoch, position
+
+    def _check_not_handed_out(self, epoch: int, position: int) -> None:
+        earliest = self.consumed
+        where = f"update_weights(epoch={epoch}, position={position})"
+        if (epoch, position) < (self.epoch, earliest):
+            raise ValueError(
+                f"{where} is too late: this rank has handed positions up to {earliest} of "
+                f"epoch {self.epoch} to its loader already. The earliest allowed position is "
+                f"{earliest} of epoch {self.epoch}: pass position >= {earliest}, or "
+                "position=None for the earliest."
+            )
 
     def _started(self, epoch: int) -> bool:
         """Whether part of ``epoch``'s order may already have been computed."""
@@ -272,43 +309,142 @@ class MixtureSampler(DistributedSampler):
         """Pin the plan of the segment a change interrupts, so its prefix stays as planned."""
         if position == 0 or position >= self.epoch_length:
             return
-        governing = self._schedule[self._governing(epoch, position)]
+        index = self._governing(epoch, position)
+        governing = self._schedule[index]
         if governing["epoch"] != epoch:  # the epoch starts with inherited weights
-            governing = dict(governing, epoch=epoch, position=0, plan_end=None)
-            self._schedule.insert(self._governing(epoch, position) + 1, governing)
+            governing = dict(governing, epoch=epoch, position=0, plan_end=None, kind="carry")
+            self._schedule.insert(index + 1, governing)
         if governing["plan_end"] is None:
             plan = self._plan(epoch)
             governing["plan_end"] = next(s for s in plan if s.start == governing["position"]).stop
 
     # -- the order --------------------------------------------------------------------------
 
+    def _segment(
+        self,
+        epoch: int,
+        entry: dict[str, Any],
+        stop: int,
+        base: NDArray[np.int64],
+        drawn: NDArray[np.int64],
+    ) -> _Segment:
+        start = entry["position"] if entry["epoch"] == epoch else 0
+        frozen = entry["plan_end"] is not None and entry["epoch"] == epoch
+        end = entry["plan_end"] if frozen else stop
+        probs = mixture_probabilities(entry["weights"], entry["temperature"])
+        counts = target_counts(probs, end - start)
+        layout = arrangement(counts, self.seed, (epoch, start, end))
+        return _Segment(start, stop, counts, (epoch, start, end), layout, base, drawn)
+
+    @staticmethod
+    def _handed_on(segment: _Segment) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """The draws and samples per source after ``segment``, for the next one."""
+        length = segment.stop - segment.start
+        cut = segment.stop != segment.key[2]
+        # A cut segment hands on the draws after those its leaves reserved.
+        base = segment.base + (segment.arrangement.reserved(length) if cut else segment.counts)
+        drawn = segment.drawn + segment.arrangement.counts_before(length)
+        return base, drawn
+
     def _plan(self, epoch: int) -> list[_Segment]:
         if epoch in self._plans:
             return self._plans[epoch]
         first = self._governing(epoch, 0)
-        entries = [self._schedule[first]] + [
-            e
-            for e in self._schedule[first + 1 :]
-            if e["epoch"] == epoch and e["position"] < self.epoch_length
-        ]
+        last = bisect.bisect_left(self._schedule, (epoch, self.epoch_length), key=entry_key)
+        entries = [self._schedule[first], *self._schedule[first + 1 : last]]
         plan: list[_Segment] = []
-        base = np.zeros(len(self.mixture.names), dtype=np.int64)
+        base = drawn = np.zeros(len(self.mixture.names), dtype=np.int64)
         for i, entry in enumerate(entries):
-            start = entry["position"] if entry["epoch"] == epoch else 0
             stop = entries[i + 1]["position"] if i + 1 < len(entries) else self.epoch_length
-            end = (
-                entry["plan_end"]
-                if entry["plan_end"] is not None and entry["epoch"] == epoch
-                else stop
-            )
-            probs = mixture_probabilities(entry["weights"], entry["temperature"])
-            counts = target_counts(probs, end - start)
-            layout = arrangement(counts, self.seed, (epoch, start, end))
-            plan.append(_Segment(start, stop, counts, (epoch, start, end), layout, base))
-            # A cut segment (stop < end) hands on the draws after those its leaves reserved.
-            base = base + (counts if stop == end else layout.reserved(stop - start))
+            plan.append(self._segment(epoch, entry, stop, base, drawn))
+            base, drawn = self._handed_on(plan[-1])
         self._plans = {epoch: plan}
         return plan
+
+    def _can_extend(self, epoch: int, position: int) -> bool:
+        """Whether a change appended at ``position`` can extend the cached plan in O(1)."""
+        plan = self._plans.get(epoch)
+        if plan is None:
+            return False
+        if position >= self.epoch_length:
+            return True  # past this epoch's end: its plan is unchanged
+        before = self._schedule[self._governing(epoch, position) - 1]
+        frozen = before["plan_end"] is not None and before["epoch"] == epoch
+        return frozen and plan[-1].start < position
+
+    def _extend_plan(self, epoch: int, entry: dict[str, Any]) -> None:
+        """Cut the cached plan's last segment at ``entry`` and append ``entry``'s segment."""
+        plan = self._plans[epoch]
+        if entry["position"] >= self.epoch_length:
+            return
+        plan[-1].stop = entry["position"]
+        base, drawn = self._handed_on(plan[-1])
+        plan.append(self._segment(epoch, entry, self.epoch_length, base, drawn))
+
+    def _chunks(
+        self, epoch: int, start: int, stream: Callable[[], ChunkStream]
+    ) -> Iterator[list[Any]]:
+        """The base class's chunks; the current one is kept for :meth:`_rewrite_computed`."""
+        for chunk in super()._chunks(epoch, start, stream):
+            self._computed = chunk
+            yield chunk
+        self._computed = None
+
+    def _batches(
+        self,
+        epoch: int,
+        start: int,
+        count: Any,
+        batch_size: int,
+        drop_last: bool,
+        limit: int | None,
+    ) -> Iterator[list[int]]:
+        """The base class's batches; after a change inside the computed order, restarted.
+
+        A restart computes this rank's order again from the first sample not handed out:
+        one check per batch, no work per index.
+        """
+        batches = super()._batches(epoch, start, count, batch_size, drop_last, limit)
+        self._restart = False
+        while True:
+            if self._restart:
+                self._restart = False
+                handed, start = count.yielded, self._started_at + count.yielded * self.num_replicas
+                count.produced = count.yielded = 0
+                limit = None if limit is None else limit - handed
+                batches = super()._batches(epoch, start, count, batch_size, drop_last, limit)
+            batch = next(batches, None)
+            if batch is None:
+                return
+            yield batch
+
+    def _rewrite_computed(self, position: int) -> None:
+        """Recompute the positions from ``position`` on in the chunk computed but unread."""
+        chunk, stream = self._computed, self._stream
+        if not isinstance(stream, ChunkStream):
+            self._restart = stream is not None  # batched: restart at the next batch
+            return
+        if chunk is None:
+            return
+        produced, first = stream.produced, stream.produced - len(chunk)
+        span = rank_span(
+            self.epoch_length,
+            self.num_replicas,
+            self.rank,
+            self.drop_last,
+            consumed=self._started_at,
+        )
+        positions = span_positions(span, max(stream.yielded, first), produced)
+        positions = positions[np.searchsorted(positions, position) :]
+        if not len(positions):
+            return
+        indices = self._order(self.epoch)(positions % self.epoch_length)
+        values = (
+            make_sample_keys(indices, positions, self.seed, self.epoch)
+            if self.sample_keys
+            else indices.tolist()
+        )
+        chunk[len(chunk) - len(values) :] = values  # same length: the list iterator goes on
 
     def _chunk_size(self) -> int:
         return RANK_CHUNK
@@ -347,15 +483,16 @@ class MixtureSampler(DistributedSampler):
         which = np.searchsorted(starts, positions, side="right") - 1
         ordered = bool(np.all(which[1:] >= which[:-1]))  # a rank's chunk, unless it wraps
         bounds = np.searchsorted(which, np.arange(len(plan) + 1)) if ordered else None
-        for i, segment in enumerate(plan):
+        touched = np.unique(which).tolist() if len(which) else []  # only these segments
+        for i in touched:
+            segment = plan[i]
             if bounds is not None:
                 where: slice | NDArray[np.intp] = slice(int(bounds[i]), int(bounds[i + 1]))
             else:
                 where = np.flatnonzero(which == i)
             found = positions[where] - segment.start
-            if len(found):
-                seg_labels, seg_draws = segment.arrangement.locate(found)
-                labels[where], draws[where] = seg_labels, seg_draws + segment.base[seg_labels]
+            seg_labels, seg_draws = segment.arrangement.locate(found)
+            labels[where], draws[where] = seg_labels, seg_draws + segment.base[seg_labels]
         return labels, draws
 
     def source_counts(
@@ -363,17 +500,17 @@ class MixtureSampler(DistributedSampler):
     ) -> dict[str, int]:
         """Samples drawn from each source in the first ``consumed`` positions of an epoch.
 
-        Defaults: the current epoch, up to what this sampler has yielded.
+        Defaults: the current epoch, up to what this sampler has yielded. Cost: one segment's
+        count, however many weight changes the epoch has.
         """
         consumed = self.consumed if consumed is None else consumed
         consumed = min(consumed, self.epoch_length)
         epoch = self.epoch if epoch is None else epoch
-        totals = np.zeros(len(self.mixture.names), dtype=np.int64)
-        for segment in self._plan(epoch):
-            upto = min(consumed, segment.stop) - segment.start
-            if upto <= 0:
-                break
-            totals += segment.arrangement.counts_before(upto)
+        plan = self._plan(epoch)
+        index = max(0, bisect.bisect_right(plan, consumed, key=lambda s: s.start) - 1)
+        segment = plan[index]
+        upto = max(0, min(consumed, segment.stop) - segment.start)
+        totals = segment.drawn + segment.arrangement.counts_before(upto)
         return dict(zip(self.mixture.names, totals.tolist(), strict=True))
 
     def __len__(self) -> int:
@@ -399,7 +536,7 @@ class MixtureSampler(DistributedSampler):
     def state_at(self, epoch: int, consumed: int) -> dict[str, Any]:
         """The position, the schedule of weight changes and the per-source counts there."""
         state = super().state_at(epoch, consumed)
-        state["schedule"] = self.schedule
+        state["schedule"] = compact_schedule(self._schedule, epoch)
         state["source_counts"] = self.source_counts(consumed, epoch)
         return state
 

@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,7 +22,61 @@ from lightning_resumable_data.index.mixture import check_weights, mixture_probab
 from lightning_resumable_data.samplers.distributed import check_non_negative_int
 from lightning_resumable_data.state import StateMismatchError
 
-__all__ = ["MixturePhase", "check_phases", "check_schedule", "reconcile_schedule"]
+__all__ = [
+    "KINDS",
+    "MixturePhase",
+    "check_phases",
+    "check_schedule",
+    "compact_schedule",
+    "entry_key",
+    "reconcile_schedule",
+]
+
+# declared: the initial weights and phases (checked on resume); online: decided while
+# training (replayed from the state); carry: an epoch's inherited weights, pinned.
+KINDS = ("declared", "online", "carry")
+
+
+def entry_key(entry: Mapping[str, Any]) -> tuple[int, int]:
+    """Where a schedule entry starts: ``(epoch, position)``.
+
+    Example:
+        >>> entry_key({"epoch": 1, "position": 40})
+        (1, 40)
+    """
+    return entry["epoch"], entry["position"]
+
+
+def _kind(entry: Mapping[str, Any]) -> str:
+    return str(entry.get("kind", "declared"))  # states written before kinds: all declared
+
+
+def compact_schedule(schedule: Sequence[Mapping[str, Any]], epoch: int) -> list[dict[str, Any]]:
+    """The entries a state at ``epoch`` needs: declared ones, and those from ``epoch`` on.
+
+    Online and carried changes of earlier epochs are dropped; the one in force at the
+    epoch's start is carried to ``(epoch, 0)``. So a run with many online changes keeps a
+    state proportional to the changes of one epoch.
+
+    Example:
+        >>> old = [{"epoch": 0, "position": 0, "weights": [1.0], "temperature": 1.0,
+        ...         "plan_end": None, "kind": "declared"}]
+        >>> old += [dict(old[0], position=p, kind="online") for p in (5, 9)]
+        >>> [(e["epoch"], e["position"], e["kind"]) for e in compact_schedule(old, 1)]
+        [(0, 0, 'declared'), (1, 0, 'carry')]
+    """
+    index = bisect.bisect_right(schedule, (epoch, 0), key=entry_key) - 1
+    governing = schedule[index] if index >= 0 else None
+    kept = [
+        dict(e, weights=list(e["weights"]))
+        for e in schedule[: index + 1]
+        if _kind(e) == "declared" or e["epoch"] >= epoch
+    ]
+    if governing is not None and governing["epoch"] < epoch and _kind(governing) != "declared":
+        carried = dict(governing, weights=list(governing["weights"]))
+        kept.append(carried | {"epoch": epoch, "position": 0, "plan_end": None, "kind": "carry"})
+    kept += [dict(e, weights=list(e["weights"])) for e in schedule[index + 1 :]]
+    return kept
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -83,26 +138,29 @@ def check_phases(phases: Sequence[MixturePhase]) -> None:
 def reconcile_schedule(
     owner: Any, saved: list[dict[str, Any]], epoch: int, consumed: int
 ) -> list[dict[str, Any]]:
-    """Check ``owner``'s schedule against the saved one (it must be a prefix); the merge.
+    """Check ``owner``'s declared schedule against the saved one; the merge.
 
-    Changes installed before loading (phases) must match the saved run's; changes made
-    later in that run (``update_weights`` while training) come with the state. With
-    ``allow_schedule_change``, the saved schedule is kept up to the resume point and this
-    sampler's changes apply after it.
+    The declared changes (initial weights, phases) installed before loading must be a
+    prefix of the saved declared ones; the saved online changes (decided while training,
+    some maybe ahead of the resume point) and carried entries come with the state and are
+    kept as recorded. With ``allow_schedule_change``, the saved schedule is kept up to the
+    resume point (and its online changes after it), and this sampler's declared changes
+    apply after it.
     """
 
     def key(entry: Mapping[str, Any]) -> tuple[Any, ...]:
         return (entry["epoch"], entry["position"], entry["weights"], entry["temperature"])
 
-    now = owner._schedule
+    now = [e for e in owner._schedule if _kind(e) == "declared"]
+    declared = [e for e in saved if _kind(e) == "declared"]
     mismatch = next(
-        (i for i, (a, b) in enumerate(zip(now, saved, strict=False)) if key(a) != key(b)),
-        len(saved) if len(now) > len(saved) else None,
+        (i for i, (a, b) in enumerate(zip(now, declared, strict=False)) if key(a) != key(b)),
+        len(declared) if len(now) > len(declared) else None,
     )
     if mismatch is None:
         return saved
     if not owner.allow_schedule_change:
-        shown_saved = key(saved[mismatch]) if mismatch < len(saved) else "none"
+        shown_saved = key(declared[mismatch]) if mismatch < len(declared) else "none"
         raise StateMismatchError(
             f"Cannot load this state into {owner.KIND}: the mixture schedule differs from "
             f"the saved one at change #{mismatch}: saved {shown_saved}, now "
@@ -112,19 +170,23 @@ def reconcile_schedule(
             "resume point and use the new one after it."
         )
     point = (epoch, consumed)
-    merged = [dict(e) for e in saved if (e["epoch"], e["position"]) <= point]
+    merged = [dict(e) for e in saved if entry_key(e) <= point]
     if consumed > 0:  # the segment being read keeps its plan, whatever comes next
         governing = merged[-1]
         if governing["epoch"] != epoch:  # the epoch began with inherited weights
-            governing = dict(governing, epoch=epoch, position=0, plan_end=None)
+            governing = dict(governing, epoch=epoch, position=0, plan_end=None, kind="carry")
             merged.append(governing)
         if governing["plan_end"] is None:
             later = [
                 e["position"] for e in saved if e["epoch"] == epoch and e["position"] > consumed
             ]
             governing["plan_end"] = min([*later, owner.epoch_length])
-    merged += [e for e in now if (e["epoch"], e["position"]) > point]
-    return merged
+    ahead = {entry_key(e): dict(e) for e in now if entry_key(e) > point}
+    # online changes decided before the save keep their places (they win a tie)
+    ahead |= {
+        entry_key(e): dict(e) for e in saved if entry_key(e) > point and _kind(e) != "declared"
+    }
+    return merged + [ahead[k] for k in sorted(ahead)]
 
 
 def check_schedule(owner: Any, schedule: object) -> list[dict[str, Any]]:
@@ -148,6 +210,9 @@ def check_schedule(owner: Any, schedule: object) -> list[dict[str, Any]]:
                         f"plan_end={plan_end} must be in ({position}, {owner.epoch_length}]"
                     )
             fresh["plan_end"] = plan_end
+            fresh["kind"] = _kind(entry)
+            if fresh["kind"] not in KINDS:
+                raise ValueError(f"kind={fresh['kind']!r} must be one of {list(KINDS)}")
             if checked and (epoch, position) <= (checked[-1]["epoch"], checked[-1]["position"]):
                 raise ValueError(f"change at (epoch {epoch}, position {position}) is out of order")
             checked.append(fresh)

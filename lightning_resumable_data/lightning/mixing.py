@@ -1,0 +1,285 @@
+"""Online mixing: mixture weights decided during training, the same on every rank, replayed.
+
+A *policy* ``(trainer, module, stats) -> weights | None`` runs every ``n`` optimizer steps on
+every rank (so it may call collectives); :meth:`OnlineMixer.set_weights` queues a request
+from any hook. At a sync point, rank 0's decision is broadcast through
+``trainer.strategy.broadcast`` (what other ranks decided is ignored), checked on every rank
+(so a bad value raises the same error everywhere and nothing is applied), and placed at the
+first optimizer step none of whose samples any rank has handed to its loader yet: the
+trained position plus the loader's lookahead (``num_workers * prefetch_factor`` batches),
+the largest over the ranks (one ``reduce``), rounded up to a step boundary. The change is an
+``"online"`` entry of the sampler's schedule, saved with the loader state, so a resume (on
+any world size or batch size) replays it from the state and never asks the policy again.
+
+Example:
+    >>> def policy(trainer, module, stats):
+    ...     return softmax_weights(stats.metrics.get("loss", {}), temperature=2.0) or None
+    >>> softmax_weights({"web": 1.0, "code": 1.0}, temperature=1.0)
+    {'web': 0.5, 'code': 0.5}
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import lightning.pytorch as pl
+import numpy as np
+import torch
+
+from lightning_resumable_data.loader import StatefulDataLoader
+from lightning_resumable_data.samplers.mixture import MixtureSampler
+
+__all__ = ["MixingStats", "OnlineMixer", "Policy", "log_source_values", "softmax_weights"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MixingStats:
+    """What a policy sees at a sync point (rank 0's view decides).
+
+    Attributes:
+        step: The optimizer step just completed (``trainer.global_step``).
+        epoch: The data epoch of the trained position.
+        position: Global samples of the epoch trained on.
+        weights: Probabilities in force at that position, per source.
+        drawn: Samples drawn from each source this epoch up to that position.
+        metrics: Values the module logged per source, ``{name: {source: value}}``, from
+            ``trainer.callback_metrics`` keys ``"<name>/<source>"`` (see
+            :func:`log_source_values`).
+    """
+
+    step: int
+    epoch: int
+    position: int
+    weights: dict[str, float]
+    drawn: dict[str, int]
+    metrics: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+Policy = Callable[[pl.Trainer, pl.LightningModule, MixingStats], Any]
+
+
+def softmax_weights(values: Mapping[str, float], temperature: float = 1.0) -> dict[str, float]:
+    """``softmax(values / temperature)`` per source: a common loss-driven policy's weights.
+
+    Example:
+        >>> w = softmax_weights({"web": 2.0, "code": 1.0}, temperature=1.0)
+        >>> round(w["web"], 3)
+        0.731
+    """
+    names = list(values)
+    if not names:
+        return {}
+    logits = np.array([float(values[n]) for n in names]) / float(temperature)
+    p = np.exp(logits - logits.max())
+    return dict(zip(names, (p / p.sum()).tolist(), strict=True))
+
+
+def log_source_values(
+    module: pl.LightningModule,
+    name: str,
+    values: torch.Tensor,
+    sources: Sequence[str],
+    **log_kwargs: Any,
+) -> None:
+    """Log the mean of per-sample ``values`` for each source in the batch as ``name/<source>``.
+
+    ``sources`` is the per-sample source name that ``MixtureDataset(return_source=True)``
+    puts in each batch. Policies read the result in ``stats.metrics[name]`` (rank 0's
+    values; pass ``sync_dist=True`` for the mean over ranks). A source missing from a
+    batch keeps its last logged value.
+
+    Example::
+
+        def training_step(self, batch, batch_idx):
+            (x, y), sources = batch
+            losses = F.cross_entropy(self(x), y, reduction="none")
+            log_source_values(self, "loss", losses.detach(), sources)
+            return losses.mean()
+    """
+    names = list(sources)
+    if len(names) != len(values):
+        raise ValueError(
+            f"log_source_values got {len(values)} values and {len(names)} source names; pass "
+            "one source name per sample (MixtureDataset(return_source=True) gives them)."
+        )
+    for source in sorted(set(names)):
+        mask = torch.tensor([n == source for n in names], device=values.device)
+        module.log(f"{name}/{source}", values[mask].float().mean(), **log_kwargs)
+
+
+def _plain(weights: object, names: Sequence[str]) -> dict[str, Any] | None:
+    """A decision as plain values for the broadcast, or an error message to raise everywhere."""
+    if weights is None:
+        return None
+    if isinstance(weights, torch.Tensor | np.ndarray):
+        weights = weights.tolist()
+    if isinstance(weights, Mapping):
+        return {"weights": {str(k): _number(v) for k, v in weights.items()}}
+    if isinstance(weights, Sequence) and not isinstance(weights, str | bytes):
+        return {"weights": [_number(v) for v in weights]}
+    return {
+        "error": f"the mixing policy returned {weights!r} ({type(weights).__name__}); return "
+        f"a mapping naming every source {list(names)}, one number per source, or None to keep "
+        "the weights."
+    }
+
+
+def _number(value: object) -> object:
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        return value.item()
+    return value.item() if isinstance(value, np.generic) else value
+
+
+class OnlineMixer:
+    """The sync points of online mixing; :class:`ResumableDataCallback` owns one.
+
+    Args:
+        policy: Called every ``every_n_steps`` optimizer steps on every rank with
+            :class:`MixingStats`; returns weights (a mapping naming every source, or one
+            number per source) or ``None`` to keep them. Rank 0's return value decides.
+        every_n_steps: Period of the sync points, in optimizer steps (default 1 with a
+            policy). Without a policy and with several ranks, :meth:`set_weights` needs it.
+
+    Example:
+        >>> OnlineMixer(None, every_n_steps=None).every_n_steps is None
+        True
+    """
+
+    def __init__(self, policy: Policy | None, every_n_steps: int | None) -> None:
+        if policy is not None and not callable(policy):
+            raise TypeError(
+                f"policy={policy!r} must be a callable (trainer, module, stats) -> weights or None."
+            )
+        if every_n_steps is not None and (
+            isinstance(every_n_steps, bool)
+            or not isinstance(every_n_steps, int)
+            or every_n_steps < 1
+        ):
+            raise ValueError(f"policy_every_n_steps={every_n_steps!r} must be an int >= 1.")
+        self.policy = policy
+        self.every_n_steps = every_n_steps or (1 if policy is not None else None)
+        self.loader: StatefulDataLoader | None = None  # the training loader while fitting
+        self.changes: list[dict[str, Any]] = []  # the changes this process applied
+        self._pending: dict[str, Any] | None = None
+        self._last_step: int | None = None
+
+    def sampler(self) -> MixtureSampler:
+        """The mixture sampler of the training loader, or a ``RuntimeError`` saying why not."""
+        sampler = getattr(self.loader, "position_sampler", None)
+        if not isinstance(sampler, MixtureSampler):
+            raise RuntimeError(
+                "Online mixing (set_weights or a policy) changes a mixture while it trains: call "
+                "it during trainer.fit with a ResumableDataModule of named sources "
+                "({'web': ..., 'code': ...}). Before fit, pass weights= to the DataModule or "
+                "a MixturePhase to the callback."
+            )
+        return sampler
+
+    def set_weights(self, weights: object, temperature: float | None = None) -> None:
+        """Queue ``weights`` for the next sync point (checked now; rank 0's request wins)."""
+        sampler = self.sampler()
+        payload = _plain(weights, sampler.mixture.names)
+        if payload is None or "error" in payload:
+            raise TypeError(
+                f"set_weights({weights!r}) needs a mapping naming every source "
+                f"{list(sampler.mixture.names)} or one number per source."
+            )
+        sampler._entry(0, 0, payload["weights"], 1.0 if temperature is None else temperature)
+        world = int(getattr(sampler, "num_replicas", 1))
+        if world > 1 and self.every_n_steps is None:
+            raise RuntimeError(
+                f"set_weights with {world} ranks is broadcast from rank 0 at sync points; pass "
+                "ResumableDataCallback(policy_every_n_steps=N) to have them (every N steps)."
+            )
+        self._pending = payload | {"temperature": temperature}
+
+    def stats(self, trainer: pl.Trainer) -> MixingStats:
+        """The trained position, its weights and counts, and the per-source metrics."""
+        sampler, (epoch, position, _) = self.sampler(), self._trained()
+        names = set(sampler.mixture.names)
+        metrics: dict[str, dict[str, float]] = {}
+        for key, value in trainer.callback_metrics.items():
+            head, _, tail = key.rpartition("/")
+            if head and tail in names:
+                metrics.setdefault(head, {})[tail] = float(value)
+        return MixingStats(
+            step=int(trainer.global_step),
+            epoch=epoch,
+            position=position,
+            weights=sampler.weights_at(epoch, position),
+            drawn=sampler.source_counts(position, epoch),
+            metrics=metrics,
+        )
+
+    def _trained(self) -> tuple[int, int, int]:
+        """(epoch, global samples, batches) the model trained on in the loader's epoch."""
+        loader = self.loader
+        assert loader is not None  # sampler() checked it
+        progress, batches = loader._trained_view()
+        return progress.epoch, loader._consumed(progress, batches), batches
+
+    def step_end(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
+        """At a training batch's end on every rank: run a sync point if one is due."""
+        step = int(trainer.global_step)
+        if step == self._last_step or self.loader is None:
+            return  # no optimizer step since the last call (accumulating)
+        self._last_step = step
+        world = int(trainer.world_size)
+        sync = self.every_n_steps is not None and step % self.every_n_steps == 0
+        if not sync and not (world == 1 and self._pending is not None):
+            return
+        decision, self._pending = self._pending, None
+        if self.policy is not None and sync:
+            sampler = self.sampler()
+            proposed = self.policy(trainer, module, self.stats(trainer))
+            if decision is None:  # set_weights wins over the policy at the same sync point
+                decision = _plain(proposed, sampler.mixture.names)
+        if world > 1:
+            decision = trainer.strategy.broadcast(decision, src=0)  # rank 0 decides
+        if decision is not None:
+            self._apply(trainer, decision)
+
+    def _apply(self, trainer: pl.Trainer, decision: dict[str, Any]) -> None:
+        if "error" in decision:
+            raise TypeError(decision["error"])
+        sampler, weights, temperature = (
+            self.sampler(),
+            decision["weights"],
+            decision.get("temperature"),
+        )
+        if temperature is None:
+            temperature = sampler.schedule[-1]["temperature"]
+        sampler._entry(
+            0, 0, weights, temperature
+        )  # the same error on every rank, before any change
+        epoch, position, delay = self._place(trainer)
+        sampler.update_weights(weights, temperature, epoch=epoch, position=position, kind="online")
+        probs = sampler.weights_at(epoch, position)
+        step = int(trainer.global_step)
+        self.changes.append(
+            {"step": step, "epoch": epoch, "position": position, "delay": delay, "weights": probs}
+        )
+        if trainer.global_rank == 0:
+            for logger in trainer.loggers:
+                logger.log_metrics({f"data/weight/{k}": v for k, v in probs.items()}, step=step)
+
+    def _place(self, trainer: pl.Trainer) -> tuple[int, int, int]:
+        """(epoch, position, delay in batches) of the first step no rank has handed out."""
+        loader, sampler = self.loader, self.sampler()
+        assert loader is not None
+        epoch, consumed, batches = self._trained()
+        handed = sampler.consumed if sampler.epoch == epoch else consumed
+        if trainer.world_size > 1:
+            mine = torch.tensor(handed, dtype=torch.int64, device=trainer.strategy.root_device)
+            handed = int(trainer.strategy.reduce(mine, reduce_op="max"))
+        step = loader.samples_per_step
+        ahead = max(0, -(-(handed - consumed) // step))  # batches handed out, not trained
+        accumulate = max(1, int(trainer.accumulate_grad_batches))
+        target = -(-(batches + ahead) // accumulate) * accumulate  # a step's first batch
+        total = trainer.num_training_batches
+        if math.isfinite(total) and target >= int(total):
+            return epoch + 1, 0, target - batches
+        return epoch, consumed + (target - batches) * step, target - batches
