@@ -21,16 +21,20 @@ class FabricDataLoader:
     Unlike ``fabric.setup_dataloaders``, it keeps no epoch counter of its own: the epoch is
     the loader's, which is saved and restored with its state, so
     ``fabric.save(path, {"model": model, "data": loader})`` and ``fabric.load(path, state)``
-    resume at the right epoch and batch.
+    resume at the right epoch and batch. For dropout and other draws that survive the
+    resume too, reseed at every step with
+    :func:`~lightning_resumable_data.seed_training_step` and save the step.
 
     Example::
 
         loader = fabric_dataloader(fabric, dataset, batch_size=32, seed=0)
-        state = {"model": model, "optimizer": optimizer, "data": loader}
+        state = {"model": model, "optimizer": optimizer, "data": loader, "step": 0}
         fabric.load("last.ckpt", state)      # after a crash; O(1)
         while loader.epoch < max_epochs:
             for batch in loader:
+                seed_training_step(fabric, seed=0, step=state["step"])
                 ...
+                state["step"] += 1
                 fabric.save("last.ckpt", state)
     """
 

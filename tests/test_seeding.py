@@ -221,3 +221,36 @@ def test_seed_everything_sweeps_still_vary_and_a_resume_keeps_the_saved_seed(
     # resumed under seed_everything(2): the checkpoint's training seed continues the run
     resumed = _fit(tmp_path / "c", None, ckpt=str(tmp_path / "a" / "step=2.ckpt"))
     assert resumed.states == first.states[4:]
+
+
+def test_fabric_loop_resumes_to_bit_identical_parameters(tmp_path: Path) -> None:
+    from lightning_resumable_data.fabric import fabric_dataloader
+
+    fabric = Fabric(accelerator="cpu", devices=1)
+    data = torch.utils.data.TensorDataset(torch.randn(48, 6))
+
+    def train(stop: int | None, resume: bool) -> dict[str, torch.Tensor]:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Dropout(0.5))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        model, optimizer = fabric.setup(model, optimizer)
+        loader = fabric_dataloader(fabric, data, batch_size=8, seed=1)
+        state: dict[str, Any] = {"model": model, "optimizer": optimizer, "data": loader, "step": 0}
+        if resume:
+            fabric.load(tmp_path / "ckpt", state)
+        torch.manual_seed(123)  # another process state: must not matter after a resume
+        while loader.epoch < 2:
+            for (x,) in loader:
+                seed_training_step(fabric, seed=5, step=state["step"])
+                loss = model(x).pow(2).mean() + torch.randn(()) * 0.01
+                optimizer.zero_grad()
+                fabric.backward(loss)
+                optimizer.step()
+                state["step"] += 1
+                if state["step"] == stop:
+                    fabric.save(tmp_path / "ckpt", state)
+        return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+    uninterrupted = train(stop=4, resume=False)
+    resumed = train(stop=None, resume=True)
+    assert all(torch.equal(uninterrupted[k], resumed[k]) for k in uninterrupted)
