@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint typecheck unit docs bench clean soak
+.PHONY: setup demo test lint typecheck unit docs bench clean soak torchdata-suite
 
 setup: $(STAMP)
 
@@ -37,6 +37,12 @@ test: lint typecheck unit docs
 
 bench: setup
 	$(PY) benchmarks/bench_sampler.py
+
+# torchdata's own StatefulDataLoader suite (v0.11.0, fetched; only the import changed) run
+# against ours; exclusions and their reasons: tests/torchdata_suite/conftest.py.
+torchdata-suite: setup
+	$(PY) tests/torchdata_suite/fetch_suite.py
+	$(PY) -m pytest tests/torchdata_suite -q -p no:randomly
 
 soak: setup
 	LRD_SOAK=1 $(PY) -m pytest tests/faults -q

@@ -22,6 +22,48 @@ from _harness import REPO_ROOT, fmt_n, table_header, table_row
 
 PAGE = REPO_ROOT / "docs" / "benchmarks.md"
 MIXTURE = REPO_ROOT / "benchmarks" / "results" / "mixture.json"
+PEERS = REPO_ROOT / "benchmarks" / "results" / "peers.json"
+PATH_NAMES = {
+    "plain": "ours: `DistributedSampler` + `StatefulDataLoader`",
+    "sharded": "ours: `DistributedShardedDataset` + its sampler",
+    "torchdata": "torchdata: `.npy` memmap + torch `DistributedSampler`",
+    "litdata": "LitData: `StreamingDataset` + `StreamingDataLoader`",
+}
+
+
+def peers_table(results: dict[str, Any]) -> list[str]:
+    """Resume latency, read throughput and Lightning steps/s of ``bench_peers.py``."""
+    resume, rates = results["resume_s"], results["throughput"]
+    ks = sorted({int(k) for row in resume.values() for k in row})
+    lines = [
+        f"`{results['command']}`: {results['conditions']}; {results['load_average']} at the "
+        "end of the run.",
+        "",
+        "Fresh loader + `load_state_dict` + first batch, ms (k = 0: the first batch of a "
+        "fresh start):",
+        "",
+        *table_header("path", *(f"k = {k:,}" for k in ks)),
+    ]
+    for path, row in resume.items():
+        cells = [f"{row[str(k)] * 1e3:.1f}" if str(k) in row else "—" for k in ks]
+        lines.append(table_row([PATH_NAMES.get(path, path), *cells]))
+    lines += [
+        "",
+        "Read throughput, samples/s:",
+        "",
+        *table_header("path", "0 workers", "2 workers"),
+    ]
+    for path, row in rates.items():
+        cells = [f"{row[w]:,.0f}" if w in row else "—" for w in ("0", "2")]
+        lines.append(table_row([PATH_NAMES.get(path, path), *cells]))
+    steps = results.get("lightning_steps_per_s", {})
+    if steps:
+        lines += ["", *table_header("Lightning `Trainer`, small model", "steps per CPU s")]
+        names = {"resumable": "`ResumableDataModule`", "plain": "plain `DataLoader`"}
+        lines += [table_row([names.get(k, k), f"{v:.1f}"]) for k, v in steps.items()]
+    lines.append("")
+    lines += [f"- {verdict}" for verdict in results["verdicts"]]
+    return lines
 
 
 def mixture_table(results: dict[str, Any]) -> list[str]:
@@ -90,10 +132,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     text = PAGE.read_text()
     results = json.loads(MIXTURE.read_text())
     new = replace_block(text, "mixture-table", mixture_table(results))
+    if PEERS.exists():
+        new = replace_block(new, "peers-table", peers_table(json.loads(PEERS.read_text())))
     if args.check:
         return 0 if new == text else 1
     PAGE.write_text(new)
-    print(f"rewrote the mixture-table block of {PAGE.relative_to(REPO_ROOT)}")
+    print(f"rewrote the generated blocks of {PAGE.relative_to(REPO_ROOT)}")
     return 0
 
 

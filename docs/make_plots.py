@@ -1,8 +1,9 @@
 """Draw the benchmark plots of ``docs/benchmarks.md`` into ``docs/img/``.
 
-The numbers are copied from the output of the benchmark scripts (the commands are next to
-each table below and on the benchmarks page); rerun them, paste the new numbers here and
-run::
+``peers.png`` is drawn from ``benchmarks/results/peers.json`` (written by
+``benchmarks/bench_peers.py``). The other plots' numbers are still copied from the output of
+the benchmark scripts (the commands are next to each table below and on the benchmarks
+page); rerun them, paste the new numbers here and run::
 
     .venv/bin/python docs/make_plots.py
 
@@ -11,6 +12,7 @@ Plots are small PNGs (``dpi=100``), well under 200 KB each.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import matplotlib
@@ -19,6 +21,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # after choosing the backend
 
 IMG = Path(__file__).resolve().parent / "img"
+PEERS = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "peers.json"
 COLOURS = {"torch": "#9e9e9e", "torchdata": "#f4a261", "randperm": "#5e35b1", "feistel": "#26a69a"}
 
 # benchmarks/bench_sampler.py --quick: one epoch of rank 0 of 8 (M indices/s, peak MiB).
@@ -123,9 +126,42 @@ def shards_plot() -> None:
     plt.close(fig)
 
 
+def peers_plot() -> None:
+    """Resume latency by k and read throughput, every path against its peers (JSON)."""
+    results = json.loads(PEERS.read_text())
+    resume, rates = results["resume_s"], results["throughput"]
+    colours = {"plain": "#5e35b1", "sharded": "#26a69a", "torchdata": "#f4a261"}
+    colours["litdata"] = "#9e9e9e"
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4))
+    ks = sorted({int(k) for row in resume.values() for k in row})
+    width = 0.8 / len(resume)
+    for n, (path, row) in enumerate(resume.items()):
+        xs = [i + (n - (len(resume) - 1) / 2) * width for i, k in enumerate(ks) if str(k) in row]
+        values = [row[str(k)] * 1e3 for k in ks if str(k) in row]
+        left.bar(xs, values, width, color=colours.get(path), label=path)
+    left.set_xticks(range(len(ks)), [f"k={k:,}" for k in ks], fontsize=8)
+    left.set_yscale("log")
+    left.set_ylabel("ms to first batch (log)")
+    left.set_title("resume: load_state_dict + first batch", fontsize=10)
+    left.legend(fontsize=8, frameon=False)
+    for n, (path, row) in enumerate(rates.items()):
+        xs = [i + (n - (len(rates) - 1) / 2) * width for i, w in enumerate(("0", "2")) if w in row]
+        right.bar(xs, [row[w] for w in ("0", "2") if w in row], width, color=colours.get(path))
+    right.set_xticks(range(2), ["0 workers", "2 workers"], fontsize=8)
+    right.set_ylabel("samples/s (higher is better)")
+    right.set_title("read throughput", fontsize=10)
+    for ax in (left, right):
+        ax.spines[["top", "right"]].set_visible(False)
+    fig.tight_layout()
+    fig.savefig(IMG / "peers.png", dpi=100)
+    plt.close(fig)
+
+
 def main() -> None:
     """Draw every plot."""
     IMG.mkdir(exist_ok=True)
+    if PEERS.exists():
+        peers_plot()
     sampler_plot()
     resume_plot()
     shards_plot()

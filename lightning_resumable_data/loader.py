@@ -11,14 +11,21 @@ import itertools
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sized
-from typing import Any, Final, Literal, Protocol, runtime_checkable
+from typing import Any, Final, Literal
 
 import torch
 from torch.utils.data import BatchSampler, Dataset, IterableDataset, Sampler
 from torchdata.stateful_dataloader import StatefulDataLoader as _TorchdataLoader
 from torchdata.stateful_dataloader.sampler import BatchSampler as _TorchdataBatchSampler
+from typing_extensions import TypeVar
 
+from lightning_resumable_data._batching import (
+    PositionBatchSampler,
+    PositionSampler,
+    SkippableSampler,
+)
 from lightning_resumable_data._progress import CountingIterator, Progress
+from lightning_resumable_data._torchdata_state import read_torchdata_state
 from lightning_resumable_data.randomness import worker_seed
 from lightning_resumable_data.samplers.distributed import check_non_negative_int
 from lightning_resumable_data.state import (
@@ -31,35 +38,11 @@ from lightning_resumable_data.state import (
 __all__ = ["PositionSampler", "SkippableSampler", "StatefulDataLoader"]
 
 ResumeMode = Literal["position", "skip", "torchdata"]
+_POSITION_KEYS = ("epoch", "batches_yielded", "batch_size", "num_replicas", "torchdata")
+T_co = TypeVar("T_co", covariant=True, default=Any)  # bare StatefulDataLoader: of Any
 
 
-@runtime_checkable
-class SkippableSampler(Protocol):
-    """A sampler that can start its next iteration after ``samples`` of this epoch."""
-
-    def set_epoch(self, epoch: int) -> None: ...  # noqa: D102
-    def set_skip(self, samples: int) -> None: ...  # noqa: D102
-
-
-@runtime_checkable
-class PositionSampler(SkippableSampler, Protocol):
-    """A sampler whose position is global: ``epoch`` and ``consumed`` in its state.
-
-    The samplers of this package that implement it (``DistributedSampler``,
-    ``MixtureSampler``) resume under any world size.
-    """
-
-    num_replicas: int
-
-    @property
-    def consumed(self) -> int: ...  # noqa: D102
-    def state_at(self, epoch: int, consumed: int) -> dict[str, Any]: ...  # noqa: D102
-    def samples_left(self, consumed: int) -> int: ...  # noqa: D102
-    def state_dict(self) -> dict[str, Any]: ...  # noqa: D102
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...  # noqa: D102
-
-
-class StatefulDataLoader(_TorchdataLoader[Any]):
+class StatefulDataLoader(_TorchdataLoader[T_co]):
     """A ``DataLoader`` whose position can be saved on any rank and restored in O(1).
 
     It counts batches as they leave the loader (not as workers fetch them). An iterator
@@ -84,14 +67,20 @@ class StatefulDataLoader(_TorchdataLoader[Any]):
       (O(position)) and does not survive a change of world size; a one-time warning says
       so. Iterable datasets that implement ``state_dict`` always use this path.
 
-    Worker RNGs: unless ``generator=`` is given, each epoch's workers are seeded from
-    (seed, epoch, rank, worker id), never from the parent's RNG state. Augmentations that
-    must be identical after a resume with another ``num_workers`` or world size should use
+    Worker RNGs: with a position or skip sampler, unless ``generator=`` is given, each
+    epoch's workers are seeded from (seed, epoch, rank, worker id), never from the parent's
+    RNG state. In torchdata mode the loader is torchdata's: ``torch.manual_seed`` (or
+    ``generator=``) drives the shuffle and the workers, and the user's ``set_epoch`` stands.
+    Augmentations that must be identical after a resume with another ``num_workers`` or
+    world size should use
     ``DistributedSampler(sample_keys=True)`` (see :mod:`lightning_resumable_data.randomness`).
 
     State keys: ``version``, ``kind``, ``fingerprint`` (``mode``, ``dataset_length``),
     ``epoch``, ``batches_yielded``, ``batch_size``, ``consumed`` (position mode),
-    ``num_replicas``, ``sampler`` (the sampler's state at this position) or ``torchdata``.
+    ``num_replicas``, ``sampler`` (the sampler's state at this position); in torchdata mode,
+    torchdata's own keys (``_snapshot``, ``_num_yielded``, ...) at the top level instead, so
+    torchdata's loader can load the state too. A state saved by torchdata's loader is
+    accepted (see ``_load_torchdata_state``).
 
     Args:
         dataset: The dataset.
@@ -112,6 +101,9 @@ class StatefulDataLoader(_TorchdataLoader[Any]):
         persistent_workers: Keep workers alive between epochs.
         pin_memory_device: Device of the pinned memory.
         in_order: Yield batches in sampler order.
+        snapshot_every_n_steps: torchdata's worker-snapshot interval: passed to torchdata in
+            torchdata mode; meaningless with a position or skip sampler (no snapshots are
+            needed), where it is accepted and set to 0.
         seed: Seed of the worker RNGs; defaults to the sampler's ``seed``, else 0.
         max_epochs: Refuse a state whose epoch is beyond this (the run's last epoch).
         strict_resume: Refuse a state saved with another seed, dataset or sampler
@@ -156,6 +148,7 @@ class StatefulDataLoader(_TorchdataLoader[Any]):
         persistent_workers: bool = False,
         pin_memory_device: str = "",
         in_order: bool = True,
+        snapshot_every_n_steps: int | None = 1,
         seed: int | None = None,
         max_epochs: int | None = None,
         strict_resume: bool = True,
@@ -185,6 +178,7 @@ class StatefulDataLoader(_TorchdataLoader[Any]):
                 persistent_workers=persistent_workers,
                 pin_memory_device=pin_memory_device,
                 in_order=in_order,
+                snapshot_every_n_steps=snapshot_every_n_steps,
             )
         self.position_sampler = self._find_sampler()
         self.resume_mode: ResumeMode = self._choose_mode()
@@ -192,8 +186,8 @@ class StatefulDataLoader(_TorchdataLoader[Any]):
             self.snapshot_every_n_steps = 0  # workers need not send torchdata snapshots
         if self.resume_mode == "position" and type(self.batch_sampler) is _TorchdataBatchSampler:
             # torchdata's BatchSampler keeps a resumable per-index Python loop we never use
-            # (the position is the sampler's): torch's own is about 3x cheaper per index.
-            fast = _LimitedBatchSampler(
+            # (the position is the sampler's); ours asks the sampler for whole batches.
+            fast = PositionBatchSampler(
                 self.batch_sampler.sampler,
                 self.batch_sampler.batch_size,
                 self.batch_sampler.drop_last,
@@ -342,6 +336,11 @@ class StatefulDataLoader(_TorchdataLoader[Any]):
         progress, sampler = self._progress, self.position_sampler
         iterator.progress = progress
         progress.reader = iterator.serial
+        self._live = weakref.ref(iterator)
+        if self.resume_mode == "torchdata":
+            # torchdata's behaviour exactly: the user's set_epoch, torch's global RNG (or the
+            # user's generator) for the shuffle and the worker seeds.
+            return super().__iter__()
         if hasattr(sampler, "lock_epoch"):
             sampler.lock_epoch(progress.epoch)  # a trainer's set_epoch cannot move it now
         elif hasattr(sampler, "set_epoch"):
@@ -355,7 +354,7 @@ class StatefulDataLoader(_TorchdataLoader[Any]):
                 sampler.consumed,
                 progress.batches_yielded,
             )
-            if isinstance(self.batch_sampler, _LimitedBatchSampler):
+            if isinstance(self.batch_sampler, PositionBatchSampler):
                 self.batch_sampler.limit = self._rank_samples_before_limit(
                     sampler, progress.base_consumed
                 )
@@ -368,7 +367,6 @@ class StatefulDataLoader(_TorchdataLoader[Any]):
             self.generator = torch.Generator().manual_seed(
                 worker_seed(self.seed, progress.epoch, rank)
             )
-        self._live = weakref.ref(iterator)
         return super().__iter__()
 
     def _epoch_done(self, progress: Progress) -> bool:
@@ -477,25 +475,28 @@ class StatefulDataLoader(_TorchdataLoader[Any]):
                 origin = sampler.state_dict()  # not iterating: the pending position
             if origin is not None:
                 position["sampler"] = origin
-        else:
-            position["torchdata"] = super().state_dict()
+        else:  # torchdata's own layout at the top level: code that reads it keeps working
+            return {**super().state_dict(), **make_state(self.KIND, self.fingerprint, **position)}
         return make_state(self.KIND, self.fingerprint, **position)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore a position; the next ``__iter__`` continues right after it.
+        """Restore a position; the next ``iter()`` continues right after it.
+
+        As with torchdata, the state applies at the next ``iter()``: an iterator that is
+        live when it is loaded ends (its next ``next()`` raises ``StopIteration``). An empty
+        dict does nothing (torchdata's rule). A state saved by torchdata's own
+        ``StatefulDataLoader`` is accepted too (see :meth:`_load_torchdata_state`).
 
         Raises:
-            RuntimeError: An iterator of this loader is still running.
             StateMismatchError: The state is of another version, kind, mode or dataset, is
                 malformed, its epoch is beyond ``max_epochs``, or the sampler refuses its
                 part (another seed, dataset size, ...).
         """
-        if self._live_iterator() is not None:
-            raise RuntimeError(
-                f"{self.KIND}.load_state_dict() was called while an iterator is live (epoch "
-                f"{self.epoch}, {self.batches_yielded} batches yielded). Load the state "
-                "before iterating, or after the epoch ends."
-            )
+        if isinstance(state_dict, dict) and not state_dict:
+            return
+        if read_torchdata_state(state_dict) is not None:
+            self._load_torchdata_state(state_dict)
+            return
         required: dict[str, type | tuple[type, ...]] = {
             "epoch": int,
             "batches_yielded": int,
@@ -504,8 +505,6 @@ class StatefulDataLoader(_TorchdataLoader[Any]):
         }
         if self.resume_mode == "position":
             required |= {"consumed": int, "sampler": dict}
-        elif self.resume_mode == "torchdata":
-            required["torchdata"] = dict
         fingerprint = self.fingerprint
         if not self.strict_resume and isinstance(state_dict, dict):
             saved = state_dict.get("fingerprint")
@@ -522,6 +521,45 @@ class StatefulDataLoader(_TorchdataLoader[Any]):
         self._detach_live()
         self._progress = self._restore(state_dict)
         self._trained = None
+
+    def _load_torchdata_state(self, state: dict[str, Any]) -> None:
+        """Continue a job whose checkpoint torchdata's ``StatefulDataLoader`` wrote.
+
+        In torchdata mode the state is handed to torchdata unchanged. With a position or
+        skip sampler, its batch count becomes this loader's position in the epoch the
+        sampler is set to (torchdata states hold no epoch: call ``sampler.set_epoch`` or
+        :meth:`set_epoch` first, as the torchdata job did); the world size and batch size
+        must be the ones the state was saved with.
+        """
+        position = read_torchdata_state(state)
+        assert position is not None
+        self._detach_live()
+        self._trained = None
+        if self.resume_mode == "torchdata":
+            self._progress = Progress(epoch=self._progress.epoch)
+            super().load_state_dict(state)
+            return
+        sampler = self.position_sampler
+        epoch = int(getattr(sampler, "epoch", self._progress.epoch))
+        ours: dict[str, Any] = {
+            "epoch": epoch + 1 if position.finished else epoch,
+            "batches_yielded": 0 if position.finished else position.batches,
+            "batch_size": self._batch_samples,
+            "num_replicas": self._num_replicas,
+        }
+        if self.resume_mode == "position":
+            assert isinstance(sampler, PositionSampler)
+            consumed = ours["batches_yielded"] * self.samples_per_step
+            consumed = min(consumed, sampler.samples_left(0) * self._num_replicas)
+            if consumed and self._batches_left(sampler, consumed) == 0:  # the epoch is over
+                ours.update(epoch=ours["epoch"] + 1, batches_yielded=0)
+                consumed = 0
+            ours["consumed"] = consumed
+            ours["sampler"] = sampler.state_at(ours["epoch"], consumed)
+        elif isinstance(sampler, SkippableSampler) and hasattr(sampler, "state_dict"):
+            sampler.set_epoch(ours["epoch"])
+            ours["sampler"] = sampler.state_dict()
+        self._progress = self._restore(ours)
 
     def _restore(self, state: dict[str, Any]) -> Progress:
         sampler = self.position_sampler
@@ -580,29 +618,32 @@ class StatefulDataLoader(_TorchdataLoader[Any]):
             sampler.set_skip(progress.batches_yielded * unit)
         else:
             self._warn_replay()
-            super().load_state_dict(state["torchdata"])
+            ours = ("version", "kind", "fingerprint", *_POSITION_KEYS)
+            inner = state.get("torchdata")  # the layout of earlier versions: nested
+            if not isinstance(inner, dict):
+                inner = {key: value for key, value in state.items() if key not in ours}
+            if read_torchdata_state(inner) is None:
+                raise StateMismatchError(
+                    f"Cannot load this state into {self.KIND}: it resumes through torchdata "
+                    "(its sampler has no position) but holds no torchdata iterator state "
+                    "('_num_yielded' or '_snapshot'). It is truncated, or was saved by a loader "
+                    "with a position sampler: use the same sampler as the run that saved it."
+                )
+            super().load_state_dict(inner)
         return progress
+
+    def _sampler_name(self) -> str:
+        sampler = self.position_sampler
+        return "this iterable dataset" if sampler is None else type(sampler).__name__
 
     def _warn_replay(self) -> None:
         if not self._warned_replay:
             self._warned_replay = True
             warnings.warn(
-                f"{self.KIND} resumes {type(self.position_sampler).__name__ or 'this dataset'} "
+                f"{self.KIND} resumes {self._sampler_name()} "
                 "through torchdata's per-rank state: it replays the sampler up to the saved "
                 "position (O(position)) and cannot change world size or num_workers. Use "
                 "lightning_resumable_data.DistributedSampler for an O(1), elastic resume.",
                 UserWarning,
                 stacklevel=3,
             )
-
-
-class _LimitedBatchSampler(BatchSampler):
-    """torch's ``BatchSampler``, optionally stopping after ``limit`` samples of this pass."""
-
-    limit: int | None = None
-
-    def __iter__(self) -> Iterator[list[Any]]:
-        if self.limit is None:
-            return super().__iter__()
-        limited = itertools.islice(self.sampler, self.limit)
-        return iter(BatchSampler(limited, self.batch_size, self.drop_last))

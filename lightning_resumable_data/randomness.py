@@ -7,7 +7,12 @@ invariant instead: it is the dataset index (an ``int``, so any dataset accepts i
 seed, the epoch and the sample's position in the epoch's global order attached.
 
 Turn it on with ``DistributedSampler(..., sample_keys=True)`` and draw from ``key.rng()`` in
-``__getitem__``::
+``__getitem__``. Keys cost no Python object per index on the loader's path: the
+:class:`~lightning_resumable_data.StatefulDataLoader` hands each batch of indices over as one
+:class:`KeyedBatch` (a ``list`` of plain ints with the seed, the epoch and the batch's
+positions as an arithmetic progression), and a key is built only when a dataset asks for
+one: ``__getitem__`` receives a :class:`SampleKey` (built in the worker, as the fetcher
+iterates the batch), ``__getitems__`` receives the batch itself::
 
     def __getitem__(self, index):
         image = self.images[index]
@@ -26,6 +31,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from typing import Final
 
 import numpy as np
@@ -33,7 +39,7 @@ from numpy.typing import NDArray
 
 from lightning_resumable_data.index.keys import key_rng, key_sequence
 
-__all__ = ["SampleKey", "make_sample_keys", "sample_rng", "worker_seed"]
+__all__ = ["KeyedBatch", "SampleKey", "make_sample_keys", "sample_rng", "worker_seed"]
 
 _SAMPLE_STREAM: Final = 0x53414D50  # "SAMP"
 _WORKER_STREAM: Final = 0x574F524B  # "WORK"
@@ -126,3 +132,52 @@ def make_sample_keys(
         SampleKey(index, seed=seed, epoch=epoch, position=position)
         for index, position in zip(indices.tolist(), positions.tolist(), strict=False)
     ]
+
+
+class KeyedBatch(list[int]):
+    """One batch of dataset indices with the keys of its samples, as one object.
+
+    A plain ``list`` of ``int`` (indexing, slicing, ``==`` and ``len`` are a list's) that
+    also carries ``seed``, ``epoch`` and the positions of its samples in the epoch's global
+    order, ``start, start + step, ...`` (a rank's positions are an arithmetic progression
+    with ``step`` the world size). It pickles as the list plus four integers, so sending it
+    to a DataLoader worker costs what a plain batch costs. Iterating it yields
+    :class:`SampleKey` objects, built lazily: torch's fetcher iterates the batch (in the
+    worker) to call ``dataset[key]``, so a dataset without ``__getitems__`` still receives
+    keys. A dataset with ``__getitems__`` receives the batch and reads ``epoch`` and
+    :attr:`positions` directly, with no object per index.
+
+    Example:
+        >>> batch = KeyedBatch([7, 3], seed=0, epoch=1, start=4, step=2)
+        >>> batch == [7, 3], batch.positions.tolist()
+        (True, [4, 6])
+        >>> [repr(key) for key in batch][1]
+        'SampleKey(3, seed=0, epoch=1, position=6)'
+    """
+
+    __slots__ = ("epoch", "seed", "start", "step")
+
+    def __init__(
+        self, indices: Iterable[int], *, seed: int, epoch: int, start: int, step: int
+    ) -> None:
+        super().__init__(indices)
+        self.seed, self.epoch, self.start, self.step = seed, epoch, start, step
+
+    @property
+    def positions(self) -> NDArray[np.int64]:
+        """Positions of the batch's samples in the epoch's global order."""
+        return self.start + self.step * np.arange(len(self), dtype=np.int64)
+
+    def __iter__(self) -> Iterator[int]:
+        """Yield the samples' :class:`SampleKey` objects (built one by one, on demand)."""
+        seed, epoch, start, step = self.seed, self.epoch, self.start, self.step
+        for offset, index in enumerate(list.__iter__(self)):
+            yield SampleKey(index, seed=seed, epoch=epoch, position=start + offset * step)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        """Pickle as the plain list and four integers."""
+        return (_rebuild_batch, (self[:], self.seed, self.epoch, self.start, self.step))
+
+
+def _rebuild_batch(indices: list[int], seed: int, epoch: int, start: int, step: int) -> KeyedBatch:
+    return KeyedBatch(indices, seed=seed, epoch=epoch, start=start, step=step)

@@ -280,7 +280,9 @@ def test_load_while_an_iterator_is_live_is_refused(expected: list[list[int]]) ->
 
 
 def test_bad_arguments_are_refused() -> None:
-    with pytest.raises(ValueError, match=r"rank=2 must be in \[0, num_replicas\) = \[0, 2\)"):
+    with pytest.raises(
+        ValueError, match=r"Invalid rank 2, rank should be in the interval \[0, 1\]"
+    ):
         make(world=2, rank=2)
     with pytest.raises(ValueError, match="empty shard list"):
         ShardedDataLoader([], 2, num_replicas=1, dp_rank=0)

@@ -7,9 +7,46 @@ import operator
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-__all__ = ["CHUNK_SIZE", "ChunkStream"]
+__all__ = ["CHUNK_SIZE", "FIRST_CHUNK", "BatchCount", "ChunkStream", "chunk_sizes"]
 
 CHUNK_SIZE = 1 << 16
+FIRST_CHUNK = 1 << 10  # the first chunk after a (re)start: a resume computes no more
+
+
+def chunk_sizes(largest: int, multiple: int = 1) -> Iterator[int]:
+    """Chunk sizes that double from :data:`FIRST_CHUNK` up to ``largest``.
+
+    A start (or a resume) computes a small chunk first, so the first batch costs what a
+    batch costs, and later chunks amortise the per-chunk overhead. Every size is a multiple
+    of ``multiple`` (a batch size), so batches never straddle chunks.
+
+    Example:
+        >>> import itertools
+        >>> list(itertools.islice(chunk_sizes(4096), 4))
+        [1024, 2048, 4096, 4096]
+        >>> next(chunk_sizes(4096, multiple=1000))
+        1000
+    """
+    size = min(FIRST_CHUNK, largest)
+    while True:
+        yield max(multiple, size - size % multiple)
+        size = min(size * 2, largest)
+
+
+class BatchCount:
+    """How many samples of a batched pass were computed and handed out (see ``ChunkStream``).
+
+    Example:
+        >>> count = BatchCount()
+        >>> count.produced, count.yielded
+        (0, 0)
+    """
+
+    __slots__ = ("produced", "yielded")
+
+    def __init__(self) -> None:
+        self.produced = 0
+        self.yielded = 0
 
 
 class ChunkStream:

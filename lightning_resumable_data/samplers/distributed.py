@@ -18,8 +18,13 @@ from lightning_resumable_data.index.permutation import (
     feistel_permute,
     randperm,
 )
-from lightning_resumable_data.randomness import make_sample_keys
-from lightning_resumable_data.samplers._chunks import CHUNK_SIZE, ChunkStream
+from lightning_resumable_data.randomness import KeyedBatch, make_sample_keys
+from lightning_resumable_data.samplers._chunks import (
+    CHUNK_SIZE,
+    BatchCount,
+    ChunkStream,
+    chunk_sizes,
+)
 from lightning_resumable_data.samplers._world import resolve_world
 from lightning_resumable_data.state import (
     ResumeWarning,
@@ -43,20 +48,31 @@ def check_non_negative_int(name: str, value: object) -> int:
     return int(value)
 
 
-def dataset_length(dataset: object, owner: str) -> int:
-    """Return ``len(dataset)``, or raise a clear error for unsized or empty datasets."""
+def dataset_length(dataset: object, owner: str, *, empty_ok: bool = False) -> int:
+    """Return ``len(dataset)``, or raise a clear error for unsized (or empty) datasets."""
     if not isinstance(dataset, Sized):
         raise TypeError(
             f"{owner} needs a map-style dataset with __len__, got {type(dataset).__name__}. "
             "Iterable datasets order themselves; pass them to the loader without a sampler."
         )
     length = len(dataset)
-    if length == 0:
+    if length == 0 and not empty_ok:
         raise ValueError(
             f"{owner} got an empty dataset (len 0); there is nothing to sample. Pass a "
             "dataset with at least one sample (check the path or filter that built it)."
         )
     return length
+
+
+def _check_rank_as_torch(num_replicas: object, rank: object) -> None:
+    """Refuse an out-of-range ``rank`` with torch's wording (code may match on it)."""
+    ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (num_replicas, rank))
+    if ints and num_replicas >= 1 and not 0 <= rank < num_replicas:  # type: ignore[operator]
+        raise ValueError(
+            f"Invalid rank {rank}, rank should be in the interval [0, {num_replicas - 1}]; "  # type: ignore[operator]
+            "pass the data-parallel rank of this process (in Lightning: from "
+            "trainer.strategy.distributed_sampler_kwargs)."
+        )
 
 
 class DistributedSampler(torch.utils.data.DistributedSampler[int]):
@@ -87,6 +103,7 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
         drop_last: Drop the ragged tail instead of padding with wrapped-around samples.
         algorithm: ``"randperm"`` (torch's order, O(n) memory) or ``"feistel"`` (random
             access, O(1) memory, for datasets of 10**9+ samples).
+            An empty dataset is accepted, as torch's is: every epoch yields nothing.
         sample_keys: Yield :class:`~lightning_resumable_data.SampleKey` indices that carry
             (seed, epoch, position), for augmentations that must survive a resume.
 
@@ -117,7 +134,8 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
         algorithm: PermutationAlgorithm = "randperm",
         sample_keys: bool = False,
     ) -> None:
-        length = dataset_length(dataset, type(self).__name__)
+        length = dataset_length(dataset, type(self).__name__, empty_ok=True)
+        _check_rank_as_torch(num_replicas, rank)
         num_replicas, rank = resolve_world(num_replicas, rank)
         seed = check_non_negative_int("seed", seed)
         if seed >= _SEED_LIMIT:
@@ -138,7 +156,7 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
         self.sample_keys = bool(sample_keys)
         self._resume_at = 0  # global position the next __iter__ starts from (one-shot)
         self._started_at = 0  # global position where the live iteration started
-        self._stream: ChunkStream | None = None
+        self._stream: ChunkStream | BatchCount | None = None
         self._pending: tuple[int, int] | None = None  # (epoch, start) of an unread iterator
         self._epoch_locked = False  # set by lock_epoch: the loader owns the epoch
 
@@ -223,7 +241,8 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
         self._resume_at += check_non_negative_int("samples", samples) * self.num_replicas
         self._stream = self._pending = None
 
-    def __iter__(self) -> Iterator[int]:
+    def _claim(self) -> tuple[int, int]:
+        """The (epoch, start) of a new iteration; the restored position is used up."""
         # The epoch and start are fixed here, so a later ``set_epoch`` cannot change an
         # iterator already handed out (Lightning may call it after the loader's ``iter``).
         # torch's multi-worker DataLoader calls ``iter(sampler)`` twice and discards the
@@ -235,26 +254,100 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
         self._resume_at = 0
         self._pending = (epoch, start)
         self._stream = None
+        return epoch, start
+
+    def __iter__(self) -> Iterator[int]:
+        epoch, start = self._claim()
         stream = ChunkStream(self._chunks(epoch, start, lambda: stream))
         return iter(stream)
+
+    def iter_batches(
+        self, batch_size: int, drop_last: bool = False, limit: int | None = None
+    ) -> Iterator[list[int]]:
+        """Return this rank's indices in batches, as ``BatchSampler(self, ...)`` yields them.
+
+        The same batches, with no Python work per index: a chunk of the order is computed
+        as an array, converted to ``int`` in one call and sliced into batches. With
+        ``sample_keys`` each batch is a :class:`~lightning_resumable_data.KeyedBatch` (one
+        object per batch; keys are built only if the dataset iterates it). ``limit`` stops
+        after that many of this rank's samples. The position (:attr:`consumed`) advances as
+        batches are handed out.
+
+        Example:
+            >>> sampler = DistributedSampler(range(10), num_replicas=2, rank=1, shuffle=False)
+            >>> list(sampler.iter_batches(2))
+            [[1, 3], [5, 7], [9]]
+        """
+        epoch, start = self._claim()
+        count = BatchCount()
+        return self._batches(epoch, start, count, batch_size, bool(drop_last), limit)
+
+    def _batches(
+        self,
+        epoch: int,
+        start: int,
+        count: BatchCount,
+        batch_size: int,
+        drop_last: bool,
+        limit: int | None,
+    ) -> Iterator[list[int]]:
+        seed, keyed, step = self.seed, self.sample_keys, self.num_replicas
+        for positions, indices in self._arrays(epoch, start, count, batch_size, limit):
+            values: list[int] = indices.tolist()
+            first = int(positions[0])
+            for offset in range(0, len(values), batch_size):
+                batch = values[offset : offset + batch_size]
+                if drop_last and len(batch) < batch_size:
+                    return
+                count.yielded += len(batch)
+                if keyed:
+                    yield KeyedBatch(
+                        batch, seed=seed, epoch=epoch, start=first + offset * step, step=step
+                    )
+                else:
+                    yield batch
 
     def _chunks(
         self, epoch: int, start: int, stream: Callable[[], ChunkStream]
     ) -> Iterator[list[Any]]:
         """Yield this rank's indices of ``epoch`` from ``start``, a list per chunk."""
+        seed, keyed = self.seed, self.sample_keys
+        for positions, indices in self._arrays(epoch, start, stream, 1, None):
+            yield make_sample_keys(indices, positions, seed, epoch) if keyed else indices.tolist()
+
+    def _arrays(
+        self,
+        epoch: int,
+        start: int,
+        counter: BatchCount | Callable[[], ChunkStream],
+        multiple: int,
+        limit: int | None,
+    ) -> Iterator[tuple[NDArray[np.int64], NDArray[np.integer]]]:
+        """Yield (positions, indices) of this rank's samples from ``start``, chunk by chunk.
+
+        Chunks grow from a small first one (see ``chunk_sizes``): a resume computes only
+        what its first batches need.
+        """
         self._pending = None
         span = rank_span(
             self.epoch_length, self.num_replicas, self.rank, self.drop_last, consumed=start
         )
-        order = self._order(epoch)
-        n, seed, keyed = self.epoch_length, self.seed, self.sample_keys
-        size = self._chunk_size()
+        total = span.count if limit is None else min(span.count, limit)
         self._started_at = start
-        self._stream = stream()
-        for begin in range(0, span.count, size):
-            positions = span_positions(span, begin, begin + size)
-            indices = order(positions % n)
-            yield make_sample_keys(indices, positions, seed, epoch) if keyed else indices.tolist()
+        self._stream = counter if isinstance(counter, BatchCount) else counter()
+        if total == 0:
+            return
+        order = self._order(epoch)
+        n = self.epoch_length
+        sizes = chunk_sizes(self._chunk_size(), multiple)
+        begin = 0
+        while begin < total:
+            end = min(begin + next(sizes), total)
+            positions = span_positions(span, begin, end)
+            if isinstance(counter, BatchCount):
+                counter.produced += end - begin
+            yield positions, order(positions % n)
+            begin = end
 
     def samples_left(self, consumed: int) -> int:
         """Samples this rank still reads in an epoch after ``consumed`` global samples."""

@@ -17,7 +17,7 @@ import torch.utils.data
 from numpy.typing import NDArray
 
 from lightning_resumable_data.index.sharding import check_shard_sizes, shard_order, shard_starts
-from lightning_resumable_data.randomness import SampleKey
+from lightning_resumable_data.randomness import KeyedBatch, SampleKey
 from lightning_resumable_data.samplers.distributed import check_non_negative_int
 from lightning_resumable_data.shards.readers import ShardReader
 from lightning_resumable_data.shards.sampler import ShardedSampler
@@ -156,7 +156,8 @@ class DistributedShardedDataset(torch.utils.data.Dataset[T], Generic[T]):
         sizes = check_shard_sizes([len(reader) for reader in readers])
         self.shard_sizes: tuple[int, ...] = tuple(int(n) for n in sizes)
         self.shard_names: tuple[str, ...] = tuple(reader.name for reader in readers)
-        self._starts: list[int] = shard_starts(sizes).tolist()
+        self._starts_array = shard_starts(sizes).astype(np.int64)
+        self._starts: list[int] = self._starts_array.tolist()
         self.epoch = 0
         self._residency: _Residency | None = None
 
@@ -230,6 +231,57 @@ class DistributedShardedDataset(torch.utils.data.Dataset[T], Generic[T]):
         if isinstance(index, SampleKey):
             epoch = index.epoch
             self._check_key_seed(index)
+        self._wait(shard, epoch)
+        return self.readers[shard].read(local)
+
+    def __getitems__(self, indices: Sequence[int]) -> list[T]:
+        """Read a batch: one shard lookup and one gather per run of samples of one shard.
+
+        torch's fetcher calls it with a batch of indices (a
+        :class:`~lightning_resumable_data.KeyedBatch` from this package's loader, which
+        carries the epoch). Returns the samples in the order of ``indices``.
+
+        Example:
+            >>> from lightning_resumable_data.shards import DatasetShardReader
+            >>> dataset = DistributedShardedDataset(
+            ...     [DatasetShardReader(list(range(s, s + 3))) for s in (0, 3)])
+            >>> dataset.__getitems__([4, 0, 5])
+            [4, 0, 5]
+            >>> dataset.close()
+        """
+        epoch = self.epoch
+        if isinstance(indices, KeyedBatch):
+            epoch = indices.epoch
+            if indices.seed != self.seed:
+                self._check_key_seed(SampleKey(0, seed=indices.seed, epoch=epoch, position=0))
+            plain: Sequence[int] = indices[:]
+        else:
+            plain = indices
+            if len(indices) and isinstance(indices[0], SampleKey):
+                epoch = indices[0].epoch
+                self._check_key_seed(indices[0])
+        wanted = np.asarray(plain, dtype=np.int64)
+        if wanted.size and (wanted.min() < 0 or wanted.max() >= self._starts[-1]):
+            bad = int(wanted[(wanted < 0) | (wanted >= self._starts[-1])][0])
+            self.locate(bad)  # raises the IndexError that names it
+        shards = np.searchsorted(self._starts_array, wanted, side="right") - 1
+        # Runs of consecutive samples in one shard (a batch is usually one run).
+        cuts = np.flatnonzero(shards[1:] != shards[:-1]) + 1
+        out: list[T] = []
+        for begin, end in zip([0, *cuts.tolist()], [*cuts.tolist(), wanted.size], strict=True):
+            shard = int(shards[begin])
+            self._wait(shard, epoch)
+            local = wanted[begin:end] - self._starts[shard]
+            reader = self.readers[shard]
+            read_many = getattr(reader, "read_many", None)
+            if read_many is not None:
+                out += read_many(local)
+            else:
+                out += [reader.read(i) for i in local.tolist()]
+        return out
+
+    def _wait(self, shard: int, epoch: int) -> None:
+        """Make ``shard`` resident (and plan the prefetch after it); wait for its load."""
         future = self._acquire(shard, epoch)
         if not future.done():
             self._state().stats.waits += 1
@@ -241,7 +293,6 @@ class DistributedShardedDataset(torch.utils.data.Dataset[T], Generic[T]):
                 if residency.cache.get(shard) is future:
                     del residency.cache[shard]
             raise
-        return self.readers[shard].read(local)
 
     def _check_key_seed(self, key: SampleKey) -> None:
         residency = self._state()

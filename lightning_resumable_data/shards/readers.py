@@ -233,6 +233,20 @@ class TokenShardReader:
         """Sample ``index``: a ``(seq_len,)`` array (a copy, valid after ``close()``)."""
         return np.array(self._tokens()[_check_index(self.name, index, self._length)])
 
+    def read_many(self, indices: NDArray[np.intp]) -> list[Tokens]:
+        """Samples at ``indices`` (in range), read with one gather: rows of one new array.
+
+        Example:
+            >>> import tempfile
+            >>> path = Path(tempfile.mkdtemp()) / "shard.bin"
+            >>> np.arange(12, dtype=np.uint16).tofile(path)
+            >>> [row.tolist() for row in TokenShardReader(path, 4).read_many(np.array([2, 0]))]
+            [[8, 9, 10, 11], [0, 1, 2, 3]]
+        """
+        if type(self).read is not TokenShardReader.read:  # a subclass reads its own way
+            return [self.read(i) for i in indices.tolist()]
+        return list(self._tokens()[indices])
+
     def read_range(self, start: int, stop: int) -> Tokens:
         """Samples ``start`` to ``stop`` (exclusive): a ``(stop - start, seq_len)`` array."""
         _check_range(self.name, start, stop, self._length)
@@ -349,6 +363,16 @@ class DatasetShardReader(Generic[T]):
     def read(self, index: int) -> T:
         """Sample ``index`` of the shard."""
         return self._data()[_check_index(self._name, index, self._length)]
+
+    def read_many(self, indices: NDArray[np.intp]) -> list[T]:
+        """Samples at ``indices`` (in range), through the dataset's ``__getitems__`` if any."""
+        if type(self).read is not DatasetShardReader.read:  # a subclass reads its own way
+            return [self.read(i) for i in indices.tolist()]
+        data = self._data()
+        batched = getattr(data, "__getitems__", None)
+        if batched is not None:
+            return list(batched(indices.tolist()))
+        return [data[i] for i in indices.tolist()]
 
     def read_range(self, start: int, stop: int) -> list[T]:
         """Samples ``start`` to ``stop`` (exclusive)."""
