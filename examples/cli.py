@@ -18,18 +18,23 @@ Run::
 
     # smoke: small and short (a few seconds), then resume it
     python examples/cli.py fit --config examples/cli_config.yaml --data.num_samples 256 \\
-        --trainer.max_steps 6 --trainer.default_root_dir /tmp/cli_smoke
+        --trainer.max_steps 6 --trainer.default_root_dir runs/cli_smoke
     python examples/cli.py fit --config examples/cli_config.yaml --data.num_samples 256 \\
-        --trainer.max_steps 10 --trainer.default_root_dir /tmp/cli_smoke --ckpt_path last
+        --trainer.max_steps 10 --trainer.default_root_dir runs/cli_smoke --ckpt_path last
 
-Each run prints where it starts (``starting at step ...``) and where it stops.
+Each run prints where it starts (``starting at step ...``) and where it stops, and the
+``lrd inspect`` command for its last checkpoint (kept under ``runs/``). Needs the ``[cli]``
+extra (jsonargparse): ``pip install 'lightning-resumable-data[cli]'``.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import lightning.pytorch as pl
 import numpy as np
 import torch
+from _common import inspect_hint, quiet_lightning
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from typing_extensions import override
 
@@ -37,13 +42,17 @@ from lightning_resumable_data import ResumableDataModule, SampleKey, StatefulDat
 
 
 class Blobs(torch.utils.data.Dataset[tuple[torch.Tensor, torch.Tensor]]):
-    """Gaussian blobs; with ``noise > 0`` each read adds noise keyed on the ``SampleKey``."""
+    """Gaussian blobs; with ``noise > 0`` each read adds noise keyed on the ``SampleKey``.
+
+    The centres (the task) are the same for every ``seed``; ``seed`` draws the points, so the
+    validation set (another seed) poses the training set's task.
+    """
 
     def __init__(
         self, num_samples: int, num_features: int, num_classes: int, seed: int, noise: float
     ) -> None:
-        rng = np.random.default_rng(seed)
-        centres = rng.normal(0.0, 2.0, size=(num_classes, num_features))
+        centres = np.random.default_rng(0).normal(0.0, 2.0, size=(num_classes, num_features))
+        rng = np.random.default_rng([seed, 1])
         self.labels = torch.from_numpy(rng.integers(num_classes, size=num_samples))
         points = centres[self.labels.numpy()] + rng.normal(size=(num_samples, num_features))
         self.features = torch.from_numpy(points.astype(np.float32))
@@ -166,7 +175,13 @@ class CLI(LightningCLI):
 
 def main() -> None:
     torch.set_num_threads(1)  # a tiny model: more threads only add overhead
-    CLI(Classifier, BlobsDataModule, save_config_kwargs={"overwrite": True})
+    quiet_lightning()
+    cli = CLI(Classifier, BlobsDataModule, save_config_kwargs={"overwrite": True})
+    last = getattr(cli.trainer.checkpoint_callback, "last_model_path", "")
+    if last:
+        path = Path(last).resolve()
+        shown = path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path
+        print(inspect_hint(shown))
 
 
 if __name__ == "__main__":

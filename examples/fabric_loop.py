@@ -22,12 +22,11 @@ It prints ``Verdict: IDENTICAL`` (exit status 0) or ``Verdict: DIFFERENT`` (exit
 from __future__ import annotations
 
 import argparse
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
+from _common import inspect_hint, quiet_lightning, run_folder
 from lightning.fabric import Fabric
 
 from lightning_resumable_data.fabric import FabricDataLoader, fabric_dataloader
@@ -96,10 +95,11 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)  # a tiny model: more threads only add overhead
     if args.smoke:
         args.samples, args.epochs, args.save_every = 640, 3, 5
+    quiet_lightning()
     fabric = Fabric(accelerator="cpu", devices=args.devices)
     fabric.launch()
 
-    directory = Path(tempfile.mkdtemp()) if fabric.global_rank == 0 else None
+    directory = run_folder("fabric_loop").resolve() if fabric.global_rank == 0 else None
     directory = fabric.broadcast(directory)  # every rank writes and reads the same path
     assert directory is not None
     steps_per_epoch = -(-args.samples // (args.batch_size * fabric.world_size))
@@ -125,9 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     verdict = same_losses and same_weights
     fabric.print(f"Verdict: {'IDENTICAL' if verdict else 'DIFFERENT'}")
-    fabric.barrier()
-    if fabric.global_rank == 0:
-        shutil.rmtree(directory)
+    fabric.print(inspect_hint(directory.relative_to(Path.cwd()) / "run.ckpt"))
     return 0 if verdict else 1
 
 

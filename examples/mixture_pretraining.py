@@ -28,13 +28,12 @@ from __future__ import annotations
 
 import argparse
 import csv
-import tempfile
-import warnings
 from collections import Counter
 from pathlib import Path
 
 import lightning.pytorch as pl
 import torch
+from _common import inspect_hint, quiet_lightning, run_folder
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger
 
@@ -172,17 +171,16 @@ def main(argv: list[str] | None = None) -> int:
         args.samples, args.batch_size, args.steps, args.anneal_step = 400, 16, 30, 20
         args.log_every = 5
     args.resume_step = resume = args.anneal_step - 2  # two steps before the phase change
-    warnings.filterwarnings("ignore", ".*does not have many workers.*")
+    quiet_lightning()
 
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        print(f"1. uninterrupted run: {args.steps} steps, annealing from step {args.anneal_step}")
-        reference = fit(args, root / "reference", ckpt_path=None)
-        report_shares(reference, args.anneal_step)
-        report_logged(root / "reference")
-        checkpoint = root / "reference" / "ckpt" / f"step={resume}.ckpt"
-        print(f"2. resume from {checkpoint.name}, before the phase change")
-        resumed = fit(args, root / "resumed", ckpt_path=str(checkpoint))
+    root = run_folder("mixture_pretraining")
+    print(f"1. uninterrupted run: {args.steps} steps, annealing from step {args.anneal_step}")
+    reference = fit(args, root / "reference", ckpt_path=None)
+    report_shares(reference, args.anneal_step)
+    report_logged(root / "reference")
+    checkpoint = root / "reference" / "ckpt" / f"step={resume}.ckpt"
+    print(f"2. resume from {checkpoint.name}, before the phase change")
+    resumed = fit(args, root / "resumed", ckpt_path=str(checkpoint))
 
     expected = {step: ids for step, ids in reference.seen.items() if step >= resume}
     same = resumed.seen == expected
@@ -191,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{'equal' if same else 'differ from'} the uninterrupted run's"
     )
     print(f"Verdict: {'IDENTICAL' if same else 'DIFFERENT'}")
+    print(inspect_hint(checkpoint))
     return 0 if same else 1
 
 

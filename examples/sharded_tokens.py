@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +31,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from _common import run_folder
 
 from lightning_resumable_data import ShardedDataLoader, open_token_shards, write_token_shards
 
@@ -168,33 +168,33 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         args.documents, args.tokens_per_shard, args.save_every = 200, 4096, 5
 
-    with tempfile.TemporaryDirectory() as tmp:
-        directory = Path(tmp) / "shards"
-        index = write_token_shards(
-            directory,
-            documents(args.documents, seed=0),
-            seq_len=SEQ_LEN + 1,
-            dtype=np.uint16,
-            tokens_per_shard=args.tokens_per_shard,
-        )
-        print(
-            f"wrote {len(index.files)} shards, {index.total_samples} samples of "
-            f"{index.seq_len} tokens ({index.dropped_tokens} trailing tokens dropped)"
-        )
-        steps_per_epoch = -(-index.total_samples // args.batch_size)
-        crash = steps_per_epoch + steps_per_epoch // 2 + 3  # mid-shard in epoch 1
+    root = run_folder("sharded_tokens")  # kept: shards and checkpoints, for a look after
+    directory = root / "shards"
+    index = write_token_shards(
+        directory,
+        documents(args.documents, seed=0),
+        seq_len=SEQ_LEN + 1,
+        dtype=np.uint16,
+        tokens_per_shard=args.tokens_per_shard,
+    )
+    print(
+        f"wrote {len(index.files)} shards, {index.total_samples} samples of "
+        f"{index.seq_len} tokens ({index.dropped_tokens} trailing tokens dropped)"
+    )
+    steps_per_epoch = -(-index.total_samples // args.batch_size)
+    crash = steps_per_epoch + steps_per_epoch // 2 + 3  # mid-shard in epoch 1
 
-        print(f"1. uninterrupted run: {args.epochs} epochs of {steps_per_epoch} steps")
-        reference = train(directory, args, Path(tmp) / "reference.pt")
-        print(f"2. a run that dies after step {crash}, then resumes from its last checkpoint")
-        checkpoint = Path(tmp) / "run.pt"
-        before = train(directory, args, checkpoint, stop_after=crash)
-        saved = torch.load(checkpoint)
-        after = train(directory, args, checkpoint)
-        identical = before[: saved["step"]] + after == reference
-        print(f"   {len(reference)} batches: {'IDENTICAL' if identical else 'DIFFERENT'}")
-        print("3. the same checkpoint resumed on 2 ranks")
-        elastic = elastic_check(directory, args, saved["data"])
+    print(f"1. uninterrupted run: {args.epochs} epochs of {steps_per_epoch} steps")
+    reference = train(directory, args, root / "reference.pt")
+    print(f"2. a run that dies after step {crash}, then resumes from its last checkpoint")
+    checkpoint = root / "run.pt"
+    before = train(directory, args, checkpoint, stop_after=crash)
+    saved = torch.load(checkpoint)
+    after = train(directory, args, checkpoint)
+    identical = before[: saved["step"]] + after == reference
+    print(f"   {len(reference)} batches: {'IDENTICAL' if identical else 'DIFFERENT'}")
+    print("3. the same checkpoint resumed on 2 ranks")
+    elastic = elastic_check(directory, args, saved["data"])
 
     verdict = identical and elastic
     print(f"Verdict: {'PASS' if verdict else 'FAIL'}")

@@ -17,19 +17,19 @@ Run::
     python examples/single_dataset.py --smoke    # a few seconds
 
 It shows the loss and the validation accuracy in the progress bar and prints, at the end,
-``Verdict: IDENTICAL`` (exit status 0) or ``Verdict: DIFFERENT`` (exit status 1).
+``Verdict: IDENTICAL`` (exit status 0) or ``Verdict: DIFFERENT`` (exit status 1). The
+checkpoints stay in ``runs/single_dataset/``; the last line says how to ``lrd inspect`` one.
 """
 
 from __future__ import annotations
 
 import argparse
-import tempfile
-import warnings
 from pathlib import Path
 
 import lightning.pytorch as pl
 import numpy as np
 import torch
+from _common import inspect_hint, quiet_lightning, run_folder
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from lightning_resumable_data import ResumableDataCallback, ResumableDataModule, SampleKey
@@ -40,14 +40,17 @@ FEATURES, CLASSES = 16, 3
 class Blobs(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
     """``n`` points of ``CLASSES`` Gaussian blobs in ``FEATURES`` dimensions (a tabular task).
 
+    The blobs' centres (the task) are the same for every ``seed``; ``seed`` draws the points,
+    so a training and a validation set of different seeds pose the same task.
+
     With ``augment=True`` each read adds Gaussian noise and drops 10% of the features, drawn
     from the sample's key: the same sample at the same place of the same epoch gets the same
     augmentation, whichever worker or rank loads it.
     """
 
     def __init__(self, n: int, seed: int, augment: bool) -> None:
-        rng = np.random.default_rng(seed)
-        centres = rng.normal(0.0, 2.0, size=(CLASSES, FEATURES))
+        centres = np.random.default_rng(0).normal(0.0, 2.0, size=(CLASSES, FEATURES))
+        rng = np.random.default_rng([seed, 1])
         self.labels = rng.integers(CLASSES, size=n)
         self.features = (centres[self.labels] + rng.normal(size=(n, FEATURES))).astype(np.float32)
         self.augment = augment
@@ -147,15 +150,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.resume_step is None:
         args.resume_step = args.steps * 5 // 6
     resume = args.resume_step
-    warnings.filterwarnings("ignore", ".*does not have many workers.*")
+    quiet_lightning()
 
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        print(f"1. uninterrupted run: {args.steps} steps, num_workers=0")
-        reference = fit(args, root / "reference", num_workers=0, ckpt_path=None)
-        checkpoint = root / "reference" / "ckpt" / f"step={resume}.ckpt"
-        print(f"2. resume from {checkpoint.name} (as after a crash), num_workers=2")
-        resumed = fit(args, root / "resumed", num_workers=2, ckpt_path=str(checkpoint))
+    root = run_folder("single_dataset")
+    print(f"1. uninterrupted run: {args.steps} steps, num_workers=0")
+    reference = fit(args, root / "reference", num_workers=0, ckpt_path=None)
+    checkpoint = root / "reference" / "ckpt" / f"step={resume}.ckpt"
+    print(f"2. resume from {checkpoint.name} (as after a crash), num_workers=2")
+    resumed = fit(args, root / "resumed", num_workers=2, ckpt_path=str(checkpoint))
 
     expected = {step: seen for step, seen in reference.items() if step >= resume}
     same = resumed == expected
@@ -164,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{'equal' if same else 'differ from'} the uninterrupted run's"
     )
     print(f"Verdict: {'IDENTICAL' if same else 'DIFFERENT'}")
+    print(inspect_hint(checkpoint))
     return 0 if same else 1
 
 

@@ -1,4 +1,9 @@
-"""Every example runs in smoke mode, exits 0 and prints what its docstring promises.
+"""Every example runs in smoke mode, exits 0, prints what its docstring promises, and no noise.
+
+Every ``examples/*.py`` script runs with ``--smoke`` (except ``cli.py``, run through
+LightningCLI, ``demo.py``, which is ``make demo``, and the shared ``_*.py`` helpers). The
+examples filter Lightning's known banners and warnings (examples/_common.py); the test runs
+them without ``PYTHONWARNINGS`` so that a new banner shows up here.
 
 The examples start in parallel when the module's first test asks for its result (each is
 a fresh Python process that imports Lightning; run one after another they would take
@@ -18,10 +23,19 @@ import pytest
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 Result = list[subprocess.CompletedProcess[str]]
+SMOKE = sorted(
+    p.stem
+    for p in EXAMPLES.glob("*.py")
+    if not p.name.startswith("_") and p.stem not in ("cli", "demo")
+)
+NOISE = ("GPU available", "TPU available", "Tip:", "LeafSpec", "dirpath has changed", "Warning")
 
 
 def run(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("PYTHONWARNINGS", "LRD_EXAMPLES_VERBOSE")
+    }
+    env["OMP_NUM_THREADS"] = "1"
     return subprocess.run(
         [sys.executable, *map(str, args)],
         capture_output=True,
@@ -56,9 +70,8 @@ def cli(root: Path) -> Result:
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Future[Result]]]:
-    scripts = ("single_dataset", "mixture_pretraining", "fabric_loop", "sharded_tokens")
     with ThreadPoolExecutor(max_workers=3) as pool:
-        futures = {name: pool.submit(smoke, name) for name in scripts}
+        futures = {name: pool.submit(smoke, name) for name in SMOKE}
         futures["cli"] = pool.submit(cli, tmp_path_factory.mktemp("cli"))
         yield futures
 
@@ -71,12 +84,27 @@ def output(results: dict[str, Future[Result]], name: str) -> list[str]:
     return [process.stdout for process in processes]
 
 
+@pytest.mark.parametrize("name", [*SMOKE, "cli"])
+def test_examples_are_quiet_and_keep_their_runs(
+    results: dict[str, Future[Result]], name: str
+) -> None:
+    """A verdict or a report, none of Lightning's banners, and ``lrd inspect`` where it applies."""
+    output(results, name)
+    for process in results[name].result():
+        text = process.stdout + process.stderr
+        assert not [n for n in NOISE if n in text], text[-3000:]
+        if "lrd inspect" in text:
+            command = text.split("lrd inspect ", 1)[1].split()[0]
+            assert (EXAMPLES.parent / command).is_file(), command
+
+
 def test_single_dataset_resumes_with_identical_augmentations(
     results: dict[str, Future[Result]],
 ) -> None:
     (out,) = output(results, "single_dataset")
     assert "augmented features equal the uninterrupted run's" in out
     assert "Verdict: IDENTICAL" in out
+    assert "lrd inspect runs/single_dataset/reference/ckpt/step=20.ckpt" in out
 
 
 def test_mixture_pretraining_follows_its_phases_across_a_resume(
