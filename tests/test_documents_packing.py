@@ -1,0 +1,173 @@
+"""Packing properties: every token once per epoch, correct boundaries, random access exact."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lightning_resumable_data import SampleKey
+from lightning_resumable_data.documents import (
+    DocumentCorpus,
+    PackedDataset,
+    collate_packed,
+    token_weights,
+)
+from lightning_resumable_data.index.packing import build_checkpoints
+from lightning_resumable_data.index.permutation import feistel_keys, feistel_permute
+
+EOS = -1
+
+
+def _corpus(lengths: list[int]) -> DocumentCorpus:
+    offsets = np.concatenate(([0], np.cumsum(lengths)))
+    # token value = document * 1000 + offset, so every token names its document and place
+    tokens = np.concatenate([d * 1000 + np.arange(n) for d, n in enumerate(lengths)])
+    return DocumentCorpus.from_arrays(tokens, offsets)
+
+
+def _sequential(corpus: DocumentCorpus, order: np.ndarray, seq_len: int, eos: bool) -> np.ndarray:
+    """The reference: concatenate in order with separators, cut, drop the tail."""
+    parts = []
+    for doc in order:
+        parts.append(corpus.document(int(doc)))
+        if eos:
+            parts.append(np.array([EOS]))
+    stream = np.concatenate(parts).astype(np.int64)
+    count = stream.size // seq_len
+    return stream[: count * seq_len].reshape(count, seq_len)
+
+
+lengths_st = st.lists(st.integers(1, 40), min_size=1, max_size=200)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    lengths=lengths_st,
+    seq_len=st.integers(1, 64),
+    eos=st.booleans(),
+    stride=st.sampled_from([1, 3, 64]),
+    seed=st.integers(0, 2**64 - 1),
+    epoch=st.integers(0, 5),
+)
+def test_random_access_equals_sequential_packing(
+    lengths: list[int], seq_len: int, eos: bool, stride: int, seed: int, epoch: int
+) -> None:
+    corpus = _corpus(lengths)
+    if sum(lengths) + eos * len(lengths) < seq_len:
+        with pytest.raises(ValueError, match="fewer than one sample"):
+            PackedDataset(corpus, seq_len, eos_id=EOS if eos else None)
+        return
+    packed = PackedDataset(corpus, seq_len, eos_id=EOS if eos else None, seed=seed, stride=stride,
+                           boundaries="both")  # fmt: skip
+    order = feistel_permute(np.arange(len(lengths)), len(lengths), feistel_keys(seed, epoch))
+    expected = _sequential(corpus, order, seq_len, eos)
+    assert len(packed) == len(expected)
+    assert packed.tail_tokens == sum(lengths) + eos * len(lengths) - len(expected) * seq_len
+    for i in np.random.default_rng(0).permutation(len(packed))[:50]:  # any order: random access
+        sample = packed[SampleKey(int(i), seed=0, epoch=epoch, position=0)]
+        assert sample["input_ids"].tolist() == expected[i].tolist()
+        # boundaries: a piece starts where the document (or its continuation) starts
+        tokens, positions, cu = sample["input_ids"], sample["position_ids"], sample["cu_seqlens"]
+        assert cu[0] == 0
+        assert cu[-1] == seq_len
+        assert (np.diff(cu) > 0).all()
+        starts = np.zeros(seq_len, dtype=bool)
+        starts[cu[:-1]] = True
+        assert ((positions == 0) == starts).all()
+        for begin, end in itertools.pairwise(cu):  # one document per piece
+            piece = tokens[begin:end]
+            real = piece[piece != EOS]
+            assert len({int(t) // 1000 for t in real}) <= 1
+            assert (np.diff(real) == 1).all()  # consecutive tokens of that document
+            if eos and (piece == EOS).any():
+                assert piece[-1] == EOS
+                assert (piece == EOS).sum() == 1
+
+
+@settings(max_examples=40, deadline=None)
+@given(lengths=lengths_st, seq_len=st.integers(1, 50), epoch=st.integers(0, 3))
+def test_every_token_once_per_epoch_except_the_tail(
+    lengths: list[int], seq_len: int, epoch: int
+) -> None:
+    total = sum(lengths) + len(lengths)
+    if total < seq_len:
+        return
+    packed = PackedDataset(_corpus(lengths), seq_len, eos_id=EOS, seed=3)
+    packed.set_epoch(epoch)
+    tokens = np.concatenate([packed[i]["input_ids"] for i in range(len(packed))])
+    real = tokens[tokens != EOS]
+    assert len(np.unique(real)) == real.size  # nothing twice
+    everything = {d * 1000 + k for d, n in enumerate(lengths) for k in range(n)}
+    missing = everything - set(real.tolist())
+    eos_missing = len(lengths) - int((tokens == EOS).sum())
+    assert len(missing) + eos_missing == packed.tail_tokens  # only the tail is missing
+    assert real.size + (tokens == EOS).sum() == len(packed) * seq_len
+
+
+def test_epochs_pack_differently_and_keys_win_over_set_epoch() -> None:
+    packed = PackedDataset(_corpus([5] * 100), 16, eos_id=EOS, seed=0)
+    first = [packed[SampleKey(i, seed=0, epoch=0, position=i)]["input_ids"] for i in range(5)]
+    packed.set_epoch(1)
+    plain = [packed[i]["input_ids"] for i in range(5)]
+    assert any((a != b).any() for a, b in zip(first, plain, strict=True))
+    again = [packed[SampleKey(i, seed=0, epoch=0, position=i)]["input_ids"] for i in range(5)]
+    assert all((a == b).all() for a, b in zip(first, again, strict=True))
+
+
+def test_large_corpus_uses_the_network_and_index_is_small() -> None:
+    lengths = np.random.default_rng(0).integers(1, 30, 2**17 + 5)
+    corpus = DocumentCorpus.from_arrays(np.zeros(int(lengths.sum()), np.uint16),
+                                        np.concatenate(([0], np.cumsum(lengths))))  # fmt: skip
+    packed = PackedDataset(corpus, 2048, eos_id=0)
+    assert packed.index_nbytes == 8 * (-(-len(corpus) // 64) + 1)
+    assert packed.index_nbytes / len(corpus) < 0.13
+    checkpoints = packed.checkpoints(0)
+    assert checkpoints[-1] == packed.stream_tokens
+    assert (packed[len(packed) - 1]["input_ids"] == 0).all()
+    order = feistel_permute(np.arange(len(corpus)), len(corpus), feistel_keys(0, 0))
+    ref = build_checkpoints(lengths, 1, lambda p: order[p], 64)
+    assert (ref == checkpoints).all()
+
+
+def test_pad_mode() -> None:
+    packed = PackedDataset(_corpus([3, 6]), 5, mode="pad", eos_id=EOS, pad_id=7,
+                           boundaries="both")  # fmt: skip
+    assert len(packed) == 2
+    assert packed.tail_tokens == packed.index_nbytes == 0
+    short, long = packed[0], packed[1]
+    assert short["input_ids"].tolist() == [0, 1, 2, EOS, 7]
+    assert short["loss_mask"].tolist() == [True, True, True, True, False]
+    assert short["cu_seqlens"].tolist() == [0, 4, 5]
+    assert long["input_ids"].tolist() == [1000, 1001, 1002, 1003, 1004]  # truncated
+    assert long["cu_seqlens"].tolist() == [0, 5]
+    assert long["loss_mask"].all()
+    batch = collate_packed([short, long])
+    assert batch["cu_seqlens"].tolist() == [0, 4, 5, 10]
+    assert batch["max_seqlen"] == 5
+    assert batch["input_ids"].shape == (2, 5)
+
+
+def test_bad_arguments() -> None:
+    corpus = _corpus([3, 3])
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match=r"seq_len=.* must be an int >= 1"):
+            PackedDataset(corpus, bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="mode='zip' is not one of 'concat', 'pad'"):
+        PackedDataset(corpus, 2, mode="zip")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="boundaries='x'"):
+        PackedDataset(corpus, 2, boundaries="x")  # type: ignore[arg-type]
+    with pytest.raises(IndexError, match="sample 3 is out of range for 3"):
+        PackedDataset(corpus, 2)[3]
+
+
+def test_token_weights() -> None:
+    a = PackedDataset(_corpus([10] * 10), 4)
+    b = PackedDataset(_corpus([2] * 10), 8, mode="pad", eos_id=EOS)  # 3 real tokens a sample
+    weights = token_weights({"a": a, "b": b}, {"a": 1.0, "b": 1.0})
+    assert weights["b"] / weights["a"] == pytest.approx(4 / 3)
+    with pytest.raises(ValueError, match="one share per source"):
+        token_weights({"a": a}, {"b": 1.0})
