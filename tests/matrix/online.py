@@ -114,14 +114,20 @@ def main(argv: Sequence[str]) -> None:
         enable_model_summary=False,
         default_root_dir=args.out,
     )
+
+    class Dump(pl.Callback):
+        def on_train_end(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
+            sampler = datamodule.train_loader.position_sampler  # type: ignore[union-attr]
+            result = {
+                "schedule": sampler.schedule,  # type: ignore[union-attr]
+                "changes": callback.mixer.changes,
+                "proposals": proposals,
+            }
+            path = args.out / f"online_rank{trainer.global_rank}.json"
+            path.write_text(json.dumps(result))
+
+    trainer.callbacks.append(Dump())
     trainer.fit(model, datamodule=datamodule, ckpt_path=args.ckpt)
-    sampler = datamodule.train_loader.position_sampler  # type: ignore[union-attr]
-    result = {
-        "schedule": sampler.schedule,  # type: ignore[union-attr]
-        "changes": callback.mixer.changes,
-        "proposals": proposals,
-    }
-    (args.out / f"online_rank{trainer.global_rank}.json").write_text(json.dumps(result))
 
 
 if __name__ == "__main__":
