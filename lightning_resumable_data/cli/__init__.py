@@ -95,7 +95,7 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     from lightning_resumable_data.cli.plan import format_plan, load_config, make_plan, plot_plan
 
-    plan = make_plan(load_config(args.config))
+    plan = make_plan(load_config(args.config), str(args.config))
     print(json.dumps(plan.to_json(), indent=2) if args.json else format_plan(plan), flush=True)
     if args.png is not None:  # the table first: the plot needs an optional dependency
         plot_plan(plan, args.png)

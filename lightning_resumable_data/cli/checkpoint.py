@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from lightning_resumable_data.cli._dryrun import (
-    DataSpec,
     DryRun,
     build_loader,
     quiet,
@@ -24,6 +23,7 @@ from lightning_resumable_data.cli._errors import EXIT_FAILURE, CliError
 from lightning_resumable_data.cli._format import count, percent, table
 from lightning_resumable_data.index.mixture import mixture_probabilities
 from lightning_resumable_data.index.permutation import check_algorithm
+from lightning_resumable_data.lightning.plan import PlanConfig
 from lightning_resumable_data.loader import StatefulDataLoader
 from lightning_resumable_data.samplers.distributed import DistributedSampler
 from lightning_resumable_data.samplers.mixture import MixturePhase, MixtureSampler
@@ -179,7 +179,7 @@ def _int(value: Any) -> int:
     return int(value)
 
 
-def _spec(module: Mapping[str, Any], loader: Mapping[str, Any]) -> DataSpec:
+def _spec(module: Mapping[str, Any], loader: Mapping[str, Any]) -> PlanConfig:
     """The data module's construction arguments, from its config and the sampler state."""
     config = module["config"]
     fingerprint = loader.get("sampler", {}).get("fingerprint", {})
@@ -188,21 +188,21 @@ def _spec(module: Mapping[str, Any], loader: Mapping[str, Any]) -> DataSpec:
         names = list(fingerprint["sources"])
         sources = dict(zip(names, fingerprint["sizes"], strict=True))
         initial = fingerprint["initial"]
-        return DataSpec(
+        return PlanConfig(
             sources=sources,
             seed=int(config["seed"]),
             weights=dict(zip(names, initial["weights"], strict=True)),
             temperature=float(initial["temperature"]),
             samples_per_epoch=int(fingerprint["samples_per_epoch"]),
-            phases=phases,
+            phases=tuple(phases),
         )
-    return DataSpec(
+    return PlanConfig(
         sources=dict(config["sources"]),
         seed=int(config["seed"]),
         shuffle=bool(fingerprint.get("shuffle", True)),
         algorithm=check_algorithm(fingerprint.get("algorithm", "randperm")),
         drop_last=bool(fingerprint.get("drop_last", False)),
-        phases=phases,
+        phases=tuple(phases),
     )
 
 

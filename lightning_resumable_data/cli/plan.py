@@ -26,8 +26,7 @@ from __future__ import annotations
 import importlib
 import itertools
 import json
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -35,64 +34,20 @@ from typing import Any, Final
 import numpy as np
 from numpy.typing import NDArray
 
-from lightning_resumable_data.cli._dryrun import DataSpec, build_datamodule, quiet
+from lightning_resumable_data.cli._dryrun import quiet
 from lightning_resumable_data.cli._errors import DOCS_URL, EXIT_FAILURE, CliError
 from lightning_resumable_data.cli._format import count, percent, table
 from lightning_resumable_data.index.mixture import mixture_probabilities
-from lightning_resumable_data.samplers.mixture import MixturePhase, MixtureSampler, check_phases
+from lightning_resumable_data.lightning.plan import PlanConfig
+from lightning_resumable_data.samplers.mixture import MixturePhase, MixtureSampler
 
-__all__ = ["Phase", "Plan", "PlanConfig", "format_plan", "load_config", "make_plan", "plot_plan"]
+__all__ = ["Phase", "Plan", "format_plan", "load_config", "make_plan", "plot_plan"]
 
-_KEYS: Final = (
-    "sources",
-    "weights",
-    "temperature",
-    "batch_size",
-    "world_size",
-    "max_steps",
-    "samples_per_epoch",
-    "seed",
-    "accumulate_grad_batches",
-    "phases",
-)
-_REQUIRED: Final = ("sources", "batch_size", "max_steps")
-_PHASE_KEYS: Final = ("start_step", "start_epoch", "weights", "temperature")
 _FORMAT_URL: Final = f"{DOCS_URL}cli/#lrd-plan"
 _EXACT_EPOCHS: Final = 2000  # beyond this, identical epochs are counted once and multiplied
 
 
 # -- the config ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PlanConfig:
-    """A validated plan config (see the module docstring for the file format).
-
-    Attributes:
-        path: The file it was read from (for messages).
-        sources: Samples per source, in order.
-        weights: Initial weights by source.
-        temperature: Initial temperature.
-        batch_size: Samples per batch on each rank.
-        world_size: Data-parallel ranks.
-        max_steps: Optimizer steps of the run.
-        samples_per_epoch: Global samples per mixture epoch (``None``: all sources' sizes).
-        seed: Seed of the order.
-        accumulate_grad_batches: Batches per optimizer step.
-        phases: The weight changes.
-    """
-
-    path: str
-    sources: Mapping[str, int]
-    weights: Mapping[str, float]
-    temperature: float
-    batch_size: int
-    world_size: int
-    max_steps: int
-    samples_per_epoch: int | None = None
-    seed: int = 0
-    accumulate_grad_batches: int = 1
-    phases: tuple[MixturePhase, ...] = ()
 
 
 def _parse(path: Path) -> object:
@@ -127,124 +82,18 @@ def _parse(path: Path) -> object:
         ) from None
 
 
-class _Checker:
-    """Validates values of a config, naming the file and the key in every error."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def fail(self, message: str, hint: str = f"the config format: {_FORMAT_URL}") -> CliError:
-        return CliError(f"{self.path}: {message}", hint=hint)
-
-    def integer(self, value: object, key: str, minimum: int) -> int:
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise self.fail(f"{key} must be an integer >= {minimum}, got {value!r}")
-        return value
-
-    def number(self, value: object, key: str, positive: bool = False) -> float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if not ok or not math.isfinite(float(value)) or (positive and float(value) <= 0):  # type: ignore[arg-type]
-            kind = "a number > 0" if positive else "a finite number >= 0"
-            raise self.fail(f"{key} must be {kind}, got {value!r}")
-        if float(value) < 0:  # type: ignore[arg-type]
-            raise self.fail(f"{key} must be >= 0, got {value!r}")
-        return float(value)  # type: ignore[arg-type]
-
-    def mapping(self, value: object, key: str) -> Mapping[str, Any]:
-        if not isinstance(value, Mapping) or not value:
-            raise self.fail(f"{key} must be a non-empty mapping, got {value!r}")
-        return value
-
-    def weights(self, value: object, key: str, sources: Sequence[str]) -> dict[str, float]:
-        weights = self.mapping(value, key)
-        unknown = [str(n) for n in weights if n not in sources]
-        if unknown:
-            raise self.fail(
-                f"{key} names unknown sources {unknown}; the sources are {list(sources)}",
-                hint="fix the name, or add the source to 'sources'.",
-            )
-        missing = [n for n in sources if n not in weights]
-        if missing:
-            raise self.fail(
-                f"{key} does not name the sources {missing}",
-                hint="give every source a weight (0 leaves it out).",
-            )
-        return {n: self.number(weights[n], f"{key}.{n}") for n in sources}
-
-
 def load_config(path: Path) -> PlanConfig:
-    """Read and validate a plan config.
+    """Read a plan config.
 
     Raises:
-        CliError: A missing or unparsable file, an unknown or missing key, a bad value, an
-            unknown source, or phases out of order.
+        CliError: A missing or unparsable file, or a config the package refuses (an unknown
+            or missing key, a bad value, phases out of order: the package's own message).
     """
     raw = _parse(path)
-    check = _Checker(path)
-    if not isinstance(raw, Mapping):
-        raise check.fail(f"the config must be a mapping of keys, got {type(raw).__name__}")
-    unknown = [str(k) for k in raw if k not in _KEYS]
-    if unknown:
-        raise check.fail(f"unknown keys {unknown}; known keys: {', '.join(_KEYS)}")
-    missing = [k for k in _REQUIRED if k not in raw]
-    if missing:
-        raise check.fail(f"missing required keys {missing}")
-    sources_raw = check.mapping(raw["sources"], "sources")
-    if any(not isinstance(name, str) or not name for name in sources_raw):
-        raise check.fail(f"source names must be non-empty strings, got {list(sources_raw)}")
-    sources = {n: check.integer(s, f"sources.{n}", 0) for n, s in sources_raw.items()}
-    names = list(sources)
-    weights = (
-        check.weights(raw["weights"], "weights", names)
-        if raw.get("weights") is not None
-        else {n: float(s) for n, s in sources.items()}
-    )
-    spe = raw.get("samples_per_epoch")
-    phases_raw = raw.get("phases") or []
-    if not isinstance(phases_raw, list):
-        raise check.fail(f"phases must be a list, got {type(phases_raw).__name__}")
-    phases = []
-    for i, phase in enumerate(phases_raw):
-        key = f"phases[{i}]"
-        if not isinstance(phase, Mapping):
-            raise check.fail(f"{key} must be a mapping, got {phase!r}")
-        extra = [str(k) for k in phase if k not in _PHASE_KEYS]
-        if extra:
-            raise check.fail(f"{key} has unknown keys {extra}; known: {', '.join(_PHASE_KEYS)}")
-        start = {
-            k: check.integer(phase[k], f"{key}.{k}", 0)
-            for k in ("start_step", "start_epoch")
-            if phase.get(k) is not None
-        }
-        if len(start) != 1:
-            raise check.fail(f"{key} needs exactly one of start_step and start_epoch")
-        phase_weights = check.weights(phase.get("weights"), f"{key}.weights", names)
-        temperature = check.number(phase.get("temperature", 1.0), f"{key}.temperature", True)
-        try:
-            phases.append(MixturePhase(**start, weights=phase_weights, temperature=temperature))
-        except (ValueError, TypeError) as error:
-            raise check.fail(f"{key}: {error}") from None
     try:
-        check_phases(phases)
-    except ValueError as error:
-        raise check.fail(f"phases: {error}") from None
-    return PlanConfig(
-        path=str(path),
-        sources=sources,
-        weights=weights,
-        temperature=check.number(raw.get("temperature", 1.0), "temperature", True),
-        batch_size=check.integer(raw["batch_size"], "batch_size", 1),
-        world_size=check.integer(raw.get("world_size", 1), "world_size", 1),
-        max_steps=check.integer(raw["max_steps"], "max_steps", 1),
-        samples_per_epoch=None if spe is None else check.integer(spe, "samples_per_epoch", 1),
-        seed=check.integer(raw.get("seed", 0), "seed", 0),
-        accumulate_grad_batches=check.integer(
-            raw.get("accumulate_grad_batches", 1), "accumulate_grad_batches", 1
-        ),
-        phases=tuple(phases),
-    )
+        return PlanConfig.from_mapping(raw)
+    except (TypeError, ValueError) as error:
+        raise CliError(f"{path}: {error}", hint=f"the config format: {_FORMAT_URL}") from None
 
 
 # -- the plan --------------------------------------------------------------------------------
@@ -282,7 +131,9 @@ class Plan:
     """What a run of the config draws.
 
     Attributes:
+        name: Where the config came from (for messages).
         config: The config.
+        max_steps: Optimizer steps of the run.
         batches_per_epoch: Full batches per rank in a mixture epoch.
         epoch_length: Global samples of a mixture epoch.
         phases: The phases, in order.
@@ -291,7 +142,9 @@ class Plan:
         exact: Whether every epoch was counted (else identical epochs were multiplied).
     """
 
+    name: str
     config: PlanConfig
+    max_steps: int
     batches_per_epoch: int
     epoch_length: int
     phases: tuple[Phase, ...]
@@ -310,7 +163,7 @@ class Plan:
     def epochs(self) -> float:
         """Mixture epochs the run covers."""
         c = self.config
-        return c.max_steps * c.accumulate_grad_batches / self.batches_per_epoch
+        return self.max_steps * c.accumulate_grad_batches / self.batches_per_epoch
 
     def source_epochs(self, name: str) -> float:
         """Passes over a source: samples drawn from it over its size."""
@@ -321,11 +174,11 @@ class Plan:
         """The plan as JSON-serialisable data."""
         c = self.config
         return {
-            "config": c.path,
+            "config": self.name,
             "batch_size": c.batch_size,
             "world_size": c.world_size,
             "accumulate_grad_batches": c.accumulate_grad_batches,
-            "max_steps": c.max_steps,
+            "max_steps": self.max_steps,
             "samples_per_step": self.samples_per_step,
             "samples_per_epoch": self.epoch_length,
             "batches_per_epoch": self.batches_per_epoch,
@@ -397,33 +250,25 @@ def _label(phase: MixturePhase) -> str:
     return f"start_epoch {phase.start_epoch}"
 
 
-def make_plan(config: PlanConfig) -> Plan:
+def make_plan(config: PlanConfig, name: str = "config") -> Plan:
     """Build the data module of the config over stand-in data and count what it draws.
 
     Raises:
         CliError: The package refuses the configuration (e.g. a batch larger than an epoch).
     """
-    spec = DataSpec(
-        sources=config.sources,
-        seed=config.seed,
-        weights=config.weights,
-        temperature=config.temperature,
-        samples_per_epoch=config.samples_per_epoch,
-        phases=config.phases,
-    )
-    acc = config.accumulate_grad_batches
+    acc, max_steps = config.accumulate_grad_batches, config.max_steps or 0
     with quiet():
         try:
-            module = build_datamodule(spec, config.world_size, config.batch_size, acc)
+            if config.max_steps is None or not config.is_mixture:
+                raise ValueError("a plan needs max_steps and named sources")
+            module = config.datamodule()
             sampler = module.train_dataloader().position_sampler
         except (ValueError, TypeError) as error:
-            raise CliError(
-                f"{config.path}: {error}", hint=f"the config format: {_FORMAT_URL}"
-            ) from None
+            raise CliError(f"{name}: {error}", hint=f"the config format: {_FORMAT_URL}") from None
     assert isinstance(sampler, MixtureSampler)
     batches = len(module.train_dataloader())  # per epoch, a short last batch included
     step_samples = config.batch_size * config.world_size
-    total = config.max_steps * acc
+    total = max_steps * acc
     epochs = -(-total // batches)
     counter = _Counter(sampler, batches, step_samples, exact=epochs <= _EXACT_EPOCHS)
     names = list(config.sources)
@@ -433,7 +278,8 @@ def make_plan(config: PlanConfig) -> Plan:
         p.start_step * acc if p.start_step is not None else (p.start_epoch or 0) * batches
         for p in config.phases
     ]
-    settings = [(dict(config.weights), config.temperature, "initial")] + [
+    initial = config.weights or {n: float(size) for n, size in config.sources.items()}
+    settings = [(dict(initial), config.temperature, "initial")] + [
         (dict(p.weights), p.temperature, _label(p)) for p in config.phases
     ]
     edges = sorted({min(s, total) for s in starts} | {total})
@@ -443,7 +289,7 @@ def make_plan(config: PlanConfig) -> Plan:
         begin = min(start, total)
         end = min(starts[i + 1], total) if i + 1 < len(starts) else total
         if start >= total and i > 0:
-            notes.append(f"phase {i} ({label}) starts after max_steps {config.max_steps}.")
+            notes.append(f"phase {i} ({label}) starts after max_steps {max_steps}.")
         drawn = cumulative[end] - cumulative[begin] if end > begin else np.zeros(len(names))
         probs = mixture_probabilities([weights[n] for n in names], temperature)
         phases.append(
@@ -476,7 +322,9 @@ def make_plan(config: PlanConfig) -> Plan:
         )
     drawn_total = counter.before(total)
     return Plan(
+        name=name,
         config=config,
+        max_steps=max_steps,
         batches_per_epoch=batches,
         epoch_length=sampler.epoch_length,
         phases=tuple(phases),
@@ -499,10 +347,10 @@ def format_plan(plan: Plan) -> str:
     acc = f" x {c.accumulate_grad_batches} accumulated" if c.accumulate_grad_batches > 1 else ""
     steps_per_epoch = plan.batches_per_epoch / c.accumulate_grad_batches
     lines = [
-        f"plan         {c.path}: {len(c.sources)} sources, {count(c.max_steps)} steps",
+        f"plan         {plan.name}: {len(c.sources)} sources, {count(plan.max_steps)} steps",
         f"step         batch {c.batch_size} x {c.world_size} ranks{acc} = "
         f"{count(plan.samples_per_step)} samples "
-        f"({count(c.max_steps * plan.samples_per_step)} in all)",
+        f"({count(plan.max_steps * plan.samples_per_step)} in all)",
         f"epoch        {count(plan.epoch_length)} samples = {steps_per_epoch:g} steps; the run "
         f"covers {plan.epochs:.2f} epochs",
         "",
@@ -578,7 +426,7 @@ def plot_plan(plan: Plan, path: Path) -> None:
     top.legend(handles=handles, loc="upper right", fontsize="small")
     top.set_ylabel("share of samples")
     top.set_ylim(0, 1)
-    top.set_title(f"lrd plan {Path(plan.config.path).name}")
+    top.set_title(f"lrd plan {Path(plan.name).name}")
     steps = [step for step, _ in plan.boundaries]
     for name in names:
         size = plan.config.sources[name]
@@ -586,7 +434,7 @@ def plot_plan(plan: Plan, path: Path) -> None:
         bottom.plot(steps, passes, marker="o", color=colors[name], label=name)
     bottom.set_ylabel("epochs of source")
     bottom.set_xlabel("optimizer step")
-    bottom.set_xlim(0, plan.config.max_steps)
+    bottom.set_xlim(0, plan.max_steps)
     bottom.grid(alpha=0.3)
     try:
         figure.savefig(path, format="png", dpi=100)
