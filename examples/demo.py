@@ -1,12 +1,15 @@
 """Train, kill -9, resume, verify: the promise of lightning-resumable-data in two minutes.
 
 1. Writes small token shards for three sources (web, code, math).
-2. Trains a tiny language model with ``Trainer`` + ``ResumableDataModule`` and a two-phase
-   mixture (``ResumableDataCallback``) under two-process DDP on CPU, uninterrupted.
+2. Trains a tiny language model with dropout with ``Trainer`` + ``ResumableDataModule`` and
+   a two-phase mixture (``ResumableDataCallback``) under two-process DDP on CPU,
+   uninterrupted.
 3. Trains it again, kills the whole job with SIGKILL in the middle of the epoch (after the
    checkpoint of step 9, just before the phase change at step 10), and resumes it with
    ``trainer.fit(..., ckpt_path=...)``.
-4. Compares the two runs batch by batch, on every rank, and prints the verdict.
+4. Compares the two runs batch by batch and their final parameters (``torch.equal``), on
+   every rank, and prints the verdict. The callback reseeds the global RNGs at every batch
+   from (seed, step, rank), so dropout draws the same masks after the resume.
 
 Run: ``make demo`` (or ``python examples/demo.py``).
 """
@@ -80,13 +83,14 @@ def train(root: Path, out: Path, checkpoint: str | None, kill_after: int | None)
         def __init__(self) -> None:
             super().__init__()
             self.embed = torch.nn.Embedding(VOCAB, 32)
+            self.dropout = torch.nn.Dropout(0.1)  # keyed: the same masks after the resume
             self.head = torch.nn.Linear(32, VOCAB)
 
         def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
             with (out / f"rank{self.global_rank}.jsonl").open("a") as f:
                 f.write(json.dumps({"step": self.global_step, "ids": batch["id"].tolist()}) + "\n")
             tokens = batch["tokens"]
-            logits = self.head(self.embed(tokens[:, :-1]))
+            logits = self.head(self.dropout(self.embed(tokens[:, :-1])))
             loss: torch.Tensor = torch.nn.functional.cross_entropy(
                 logits.reshape(-1, VOCAB), tokens[:, 1:].reshape(-1)
             )
@@ -94,6 +98,10 @@ def train(root: Path, out: Path, checkpoint: str | None, kill_after: int | None)
 
         def configure_optimizers(self) -> torch.optim.Optimizer:
             return torch.optim.AdamW(self.parameters(), lr=1e-2)
+
+        def on_fit_end(self) -> None:
+            params = {name: p.detach().clone() for name, p in self.named_parameters()}
+            torch.save(params, out / f"params_rank{self.global_rank}.pt")
 
     class KillAfter(pl.Callback):
         def on_train_batch_start(self, trainer: pl.Trainer, *args: Any) -> None:
@@ -124,6 +132,7 @@ def train(root: Path, out: Path, checkpoint: str | None, kill_after: int | None)
         enable_model_summary=False,
         default_root_dir=out,
     )
+    pl.seed_everything(0, verbose=False)  # the same initial weights in every run
     trainer.fit(TinyLM(), datamodule=datamodule, ckpt_path=checkpoint)
 
 
@@ -186,6 +195,19 @@ def source_of(sample_id: int) -> str:
     return list(SOURCES)[int(np.searchsorted(offsets, sample_id, side="right")) - 1]
 
 
+def final_parameters(a: Path, b: Path) -> tuple[int, int, str]:
+    """Tensors compared and bit-identical (``torch.equal``) over every rank, and a note."""
+    compared = equal = 0
+    for path in sorted(a.glob("params_rank*.pt")):
+        other = b / path.name
+        if not other.exists():
+            return compared, equal, f"the resumed run wrote no {path.name}"
+        x, y = torch.load(path), torch.load(other)
+        compared += len(x)
+        equal += sum(torch.equal(x[k], y[k]) for k in x if k in y)
+    return compared, equal, "" if compared else "the uninterrupted run wrote no parameters"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--train", action="store_true", help=argparse.SUPPRESS)
@@ -222,6 +244,7 @@ def main() -> None:
             log.write_text("".join(line + "\n" for line in kept))
         launch(root / "shards", root / "b", "resumed (ckpt_path)", checkpoint=str(checkpoint))
         reference, resumed = read_steps(root / "a"), read_steps(root / "b")
+        compared, equal, missing = final_parameters(root / "a", root / "b")
 
     same = [reference[s] == resumed.get(s) for s in reference]
     identical = len(reference) == STEPS and all(same) and len(resumed) == STEPS
@@ -234,12 +257,26 @@ def main() -> None:
         res = Counter(source_of(i) for s in steps for i in resumed.get(s, []))
         shown = ", ".join(f"{n} {ref[n]}/{res[n]}" for n in SOURCES)
         print(f"  samples per source {label} (uninterrupted/resumed): {shown}")
-    verdict = "IDENTICAL: nothing replayed, nothing skipped" if identical else "DIFFERENT"
+    params_same = compared > 0 and equal == compared
+    print(
+        f"  final parameters (2 ranks, {compared} tensors): "
+        + (
+            "bit-identical (torch.equal)"
+            if params_same
+            else missing or f"{compared - equal} of {compared} tensors differ"
+        )
+    )
+    if identical and params_same:
+        verdict = "IDENTICAL: nothing replayed, nothing skipped; final parameters bit-identical"
+    elif identical:
+        verdict = "DATA IDENTICAL, but the final parameters differ"
+    else:
+        verdict = "DIFFERENT"
     print(
         f"\nVerdict: {verdict} (killed with SIGKILL after step {KILL_AFTER}, resumed "
         f"with ckpt_path; {time.perf_counter() - started:.0f} s)"
     )
-    raise SystemExit(0 if identical else 1)
+    raise SystemExit(0 if identical and params_same else 1)
 
 
 if __name__ == "__main__":
