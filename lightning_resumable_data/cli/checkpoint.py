@@ -175,10 +175,6 @@ def find_data_state(checkpoint: Mapping[str, Any], name: str) -> DataState:
 # -- the report ------------------------------------------------------------------------------
 
 
-def _int(value: Any) -> int:
-    return int(value)
-
-
 def _spec(module: Mapping[str, Any], loader: Mapping[str, Any]) -> PlanConfig:
     """The data module's construction arguments, from its config and the sampler state."""
     config = module["config"]

@@ -1,20 +1,9 @@
 """``lrd plan``: what a mixture schedule draws from each source, phase by phase.
 
-The config describes a run the way :class:`~lightning_resumable_data.ResumableDataModule`
-and :class:`~lightning_resumable_data.ResumableDataCallback` are configured::
-
-    sources: {web: 1000000, code: 200000, math: 50000}   # samples per source
-    weights: {web: 0.7, code: 0.2, math: 0.1}             # default: the sizes
-    temperature: 1.0
-    batch_size: 32                                         # per rank
-    world_size: 8
-    max_steps: 20000
-    samples_per_epoch: 1250000                             # default: all sources' sizes
-    phases:
-      - {start_step: 15000, weights: {web: 0.4, code: 0.3, math: 0.3}, temperature: 1.0}
-
-Optional keys: ``seed`` (0) and ``accumulate_grad_batches`` (1). Phases start at a
-``start_step`` (optimizer steps) or a ``start_epoch``, and name every source.
+The config is a YAML or JSON :class:`~lightning_resumable_data.lightning.plan.PlanConfig`:
+the sources' sizes, the data module's and the callback's arguments (weights, temperature,
+seed, ``samples_per_epoch``, ``phases``) and the layout (``batch_size``, ``world_size``,
+``accumulate_grad_batches``, ``max_steps``); the docs' ``lrd plan`` page lists the keys.
 
 The numbers come from the package itself: the data module is built over stand-in datasets
 of these sizes, installs the phases where a real run would, and the sampler counts the
