@@ -308,11 +308,11 @@ class ResumableDataCallback(pl.Callback):
                 f"ResumableDataCallback.load_state_dict expected the dict its state_dict() "
                 f"wrote, got {type(state_dict).__name__}."
             )
-        self._restore_seed(state_dict.get("training_seed"))  # added later: may be absent
         saved = state_dict.get("phases")
         now = [_phase_dict(p) for p in self.phases]
         allowed = self._datamodule is not None and self._datamodule.allow_config_change
         if saved == now or allowed:
+            self._restore_seed(state_dict.get("training_seed"))  # added later: may be absent
             return
         if not now:
             raise StateMismatchError(
@@ -329,7 +329,8 @@ class ResumableDataCallback(pl.Callback):
 
     def _restore_seed(self, saved: object) -> None:
         """Continue with the checkpoint's training seed unless one was passed explicitly."""
-        if self._seed is None or self.training_seed is not None or not isinstance(saved, int):
+        explicit = self.training_seed is not None
+        if self._seed is None or explicit or isinstance(saved, bool) or not isinstance(saved, int):
             return
         if saved != self._seed:
             rank_zero_info(
