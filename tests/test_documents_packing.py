@@ -171,3 +171,28 @@ def test_token_weights() -> None:
     assert weights["b"] / weights["a"] == pytest.approx(4 / 3)
     with pytest.raises(ValueError, match="one share per source"):
         token_weights({"a": a}, {"b": 1.0})
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 30), min_size=3, max_size=120),
+    seq_len=st.integers(1, 40),
+    mode=st.sampled_from(["concat", "pad"]),
+    data=st.data(),
+)
+def test_batched_reads_equal_single_reads(
+    lengths: list[int], seq_len: int, mode: str, data: st.DataObject
+) -> None:
+    if sum(lengths) + len(lengths) < seq_len:
+        return
+    packed = PackedDataset(_corpus(lengths), seq_len, mode=mode, eos_id=EOS,  # type: ignore[arg-type]
+                           boundaries="both", stride=4)  # fmt: skip
+    picks = data.draw(st.lists(st.integers(0, len(packed) - 1), min_size=1, max_size=12))
+    epochs = data.draw(st.lists(st.integers(0, 2), min_size=len(picks), max_size=len(picks)))
+    keys = [SampleKey(i, seed=0, epoch=e, position=0) for i, e in zip(picks, epochs, strict=True)]
+    batch = packed.__getitems__(keys)
+    for key, got in zip(keys, batch, strict=True):
+        single = packed[key]
+        assert got.keys() == single.keys()
+        for name in got:
+            assert got[name].tolist() == single[name].tolist()

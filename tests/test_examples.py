@@ -140,3 +140,10 @@ def test_cli_trains_from_yaml_and_resumes_from_last(results: dict[str, Future[Re
     assert "stopped at step 6: data epoch 1, 128 samples of it consumed" in first
     assert "starting at step 6: data epoch 1, 128 samples of it consumed" in resumed
     assert "stopped at step 10: data epoch 2, 128 samples of it consumed" in resumed
+
+
+def test_megatron_corpus_resumes_a_packed_mixture(results: dict[str, Future[Result]]) -> None:
+    (out,) = output(results, "megatron_corpus")
+    assert "megatron-core's IndexedDatasetBuilder" in out  # the peer's own writer
+    assert "(to epoch 1): the batches and their document boundaries equal" in out
+    assert "Verdict: IDENTICAL" in out

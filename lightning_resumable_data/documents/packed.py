@@ -38,6 +38,7 @@ Example:
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 from functools import partial
 from typing import Any, Final, Literal, get_args
 
@@ -49,7 +50,7 @@ from lightning_resumable_data.documents.corpus import DocumentCorpus
 from lightning_resumable_data.index.packing import (
     DEFAULT_STRIDE,
     build_checkpoints,
-    locate,
+    locate_many,
     piece_offsets,
 )
 from lightning_resumable_data.index.permutation import feistel_keys, feistel_permute
@@ -127,6 +128,7 @@ class PackedDataset(torch.utils.data.Dataset[Sample]):
         self.sep = 0 if eos_id is None else 1
         self.epoch = 0
         self._indices: OrderedDict[int, NDArray[np.int64]] = OrderedDict()
+        self._keys: dict[int, NDArray[np.uint64]] = {}
         self.stream_tokens = corpus.num_tokens + self.sep * len(corpus)
         if mode == "concat" and self.stream_tokens < self.seq_len:
             raise ValueError(
@@ -156,7 +158,12 @@ class PackedDataset(torch.utils.data.Dataset[Sample]):
     def _order(self, epoch: int) -> partial[NDArray[np.int64]] | None:
         if not self.shuffle_documents:
             return None
-        return partial(_order, len(self.corpus), feistel_keys(self.seed, epoch))
+        keys = self._keys.get(epoch)
+        if keys is None:
+            keys = self._keys[epoch] = feistel_keys(self.seed, epoch)
+            while len(self._keys) > _CACHED_EPOCHS:
+                del self._keys[next(iter(self._keys))]
+        return partial(_order, len(self.corpus), keys)
 
     def checkpoints(self, epoch: int) -> NDArray[np.int64]:
         """The index of ``epoch``: stream offsets every ``stride`` documents (built once)."""
@@ -176,51 +183,92 @@ class PackedDataset(torch.utils.data.Dataset[Sample]):
         return 0 if self.mode == "pad" else 8 * (-(-len(self.corpus) // self.stride) + 1)
 
     def __getitem__(self, index: int) -> Sample:
+        return self.__getitems__([index])[0]
+
+    def __getitems__(self, indices: Sequence[int]) -> list[Sample]:
+        """A batch of samples in one vectorised pass (``DataLoader`` calls this per batch).
+
+        ``SampleKey`` indices carry their epoch; plain ones use :attr:`epoch`.
+        """
         length = len(self)
-        if not -length <= index < length:
-            raise IndexError(f"sample {int(index)} is out of range for {length} packed samples.")
-        epoch = index.epoch if isinstance(index, SampleKey) else self.epoch
-        if self.mode == "pad":
-            return self._padded(int(index) % length)
-        return self._packed(int(index) % length, epoch)
+        flat = np.array([int(i) for i in indices], dtype=np.int64)
+        if flat.size and (int(flat.min()) < -length or int(flat.max()) >= length):
+            bad = next(int(i) for i in indices if not -length <= int(i) < length)
+            raise IndexError(f"sample {bad} is out of range for {length} packed samples.")
+        flat %= max(length, 1)
+        epochs = np.array(
+            [i.epoch if isinstance(i, SampleKey) else self.epoch for i in indices], dtype=np.int64
+        )
+        out: list[Sample] = [{} for _ in indices]
+        for epoch in np.unique(epochs).tolist():  # one pass per epoch in the batch (1, or 2)
+            where = np.flatnonzero(epochs == epoch)
+            batch = (
+                self._padded(flat[where])
+                if self.mode == "pad"
+                else self._packed(flat[where], epoch)
+            )
+            for slot, sample in zip(where.tolist(), batch, strict=True):
+                out[slot] = sample
+        return out
 
-    def _packed(self, index: int, epoch: int) -> Sample:
-        start = index * self.seq_len
+    def _packed(self, indices: NDArray[np.int64], epoch: int) -> list[Sample]:
         lengths = self.corpus.lengths
-        docs, begins, counts = locate(
+        ranges, docs, begins, counts = locate_many(
             self.checkpoints(epoch), lengths, self.sep, self._order(epoch), self.stride,
-            start, start + self.seq_len,
+            indices * self.seq_len, self.seq_len,
         )  # fmt: skip
-        piece, offsets = piece_offsets(begins, counts)
-        flat_docs = docs[piece]
-        separator = offsets >= np.asarray(lengths[docs], dtype=np.int64)[piece]
-        tokens = self.corpus.take(flat_docs, np.where(separator, 0, offsets)).astype(np.int64)
+        real = np.minimum(counts, np.asarray(lengths[docs], dtype=np.int64) - begins)
+        closing = real < counts  # pieces that end with the separator (one token)
+        separators = (np.cumsum(counts) - counts + real)[closing] if self.sep else None
+        body = self.corpus.read_pieces(docs, begins, counts, past_end=separators)
+        tokens = body.astype(np.int64)
+        if separators is not None and self.eos_id is not None:
+            tokens[separators] = self.eos_id
+        full = np.full(indices.size, self.seq_len, dtype=np.int64)
+        return self._samples(tokens, ranges, counts, full)
+
+    def _padded(self, indices: NDArray[np.int64]) -> list[Sample]:
+        lengths = np.asarray(self.corpus.lengths[indices], dtype=np.int64)
+        kept = np.minimum(lengths, self.seq_len)
+        real = np.minimum(kept + self.sep, self.seq_len)
+        piece, offsets = piece_offsets(np.zeros_like(kept), kept)
+        tokens = np.full((indices.size, self.seq_len), self.pad_id, dtype=np.int64)
+        tokens[piece, offsets] = self.corpus.read_pieces(indices, np.zeros_like(kept), kept)
         if self.eos_id is not None:
-            tokens[separator] = self.eos_id
-        return self._boundaries(tokens, counts, self.seq_len)
+            short = np.flatnonzero(kept < self.seq_len)
+            tokens[short, kept[short]] = self.eos_id
+        rows = np.arange(indices.size, dtype=np.int64)
+        counts = np.stack([real, self.seq_len - real], axis=1).reshape(-1)
+        ranges = np.repeat(rows, 2)
+        keep = counts > 0  # a padding piece only where there is padding
+        return self._samples(tokens.reshape(-1), ranges[keep], counts[keep], real)
 
-    def _padded(self, index: int) -> Sample:
-        document = self.corpus.document(index)[: self.seq_len].astype(np.int64)
-        tokens = np.full(self.seq_len, self.pad_id, dtype=np.int64)
-        tokens[: document.size] = document
-        real = document.size
-        if self.eos_id is not None and real < self.seq_len:
-            tokens[real] = self.eos_id
-            real += 1
-        counts = np.array([real, self.seq_len - real] if real < self.seq_len else [real])
-        return self._boundaries(tokens, counts, real)
-
-    def _boundaries(
-        self, tokens: NDArray[np.int64], counts: NDArray[np.int64], real: int
-    ) -> Sample:
-        sample: Sample = {"input_ids": tokens, "loss_mask": np.arange(self.seq_len) < real}
-        cu_seqlens = np.concatenate(([0], np.cumsum(counts))).astype(np.int32)
-        if self.boundaries != "cu_seqlens":
-            starts = np.repeat(cu_seqlens[:-1].astype(np.int64), counts)
-            sample["position_ids"] = np.arange(self.seq_len, dtype=np.int64) - starts
-        if self.boundaries != "position_ids":
-            sample["cu_seqlens"] = cu_seqlens
-        return sample
+    def _samples(
+        self,
+        tokens: NDArray[np.int64],
+        ranges: NDArray[np.int64],
+        counts: NDArray[np.int64],
+        real: NDArray[np.int64],
+    ) -> list[Sample]:
+        """Split flat batch arrays into per-sample dicts (views, no copy per token)."""
+        rows = real.size
+        ids = tokens.reshape(rows, self.seq_len)
+        mask = np.arange(self.seq_len) < real[:, None]
+        heads = np.cumsum(counts) - counts  # piece starts in the flat batch
+        positions = (np.arange(rows * self.seq_len) - np.repeat(heads, counts)).reshape(
+            rows, self.seq_len
+        )
+        cuts = np.searchsorted(ranges, np.arange(1, rows))  # pieces of each sample
+        starts = np.split(heads - ranges * self.seq_len, cuts)
+        samples: list[Sample] = []
+        for row in range(rows):  # building the returned dicts; the arrays are views
+            sample: Sample = {"input_ids": ids[row], "loss_mask": mask[row]}
+            if self.boundaries != "cu_seqlens":
+                sample["position_ids"] = positions[row]
+            if self.boundaries != "position_ids":
+                sample["cu_seqlens"] = np.append(starts[row], self.seq_len).astype(np.int32)
+            samples.append(sample)
+        return samples
 
     def __repr__(self) -> str:
         return (
