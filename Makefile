@@ -38,11 +38,10 @@ test: lint typecheck unit docs
 bench: setup
 	$(PY) benchmarks/bench_sampler.py
 
-# torchdata's own StatefulDataLoader suite (v0.11.0, fetched; only the import changed) run
-# against ours; exclusions and their reasons: tests/torchdata_suite/conftest.py.
+# torchdata's own StatefulDataLoader suite (v0.11.0, vendored; only the import changed) run
+# against ours, test_dataloader.py included; exclusions and reasons: tests/torchdata_suite/conftest.py.
 torchdata-suite: setup
-	$(PY) tests/torchdata_suite/fetch_suite.py
-	$(PY) -m pytest tests/torchdata_suite -q -p no:randomly
+	LRD_TORCHDATA_FULL=1 $(PY) -m pytest tests/torchdata_suite -q -p no:randomly
 
 soak: setup
 	LRD_SOAK=1 $(PY) -m pytest tests/faults -q
