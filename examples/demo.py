@@ -11,7 +11,8 @@
    every rank, and prints the verdict. The callback reseeds the global RNGs at every batch
    from (seed, step, rank), so dropout draws the same masks after the resume.
 
-Run: ``make demo`` (or ``python examples/demo.py``).
+Run: ``make demo`` (or ``python examples/demo.py``). The shards, logs and checkpoints stay in
+``runs/demo/``; the last line is the ``lrd inspect`` command for the resumed-from checkpoint.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from _common import inspect_hint, run_folder
 
 SOURCES = {"web": 640, "code": 320, "math": 160}  # token sequences per source
 SEQ_LEN, VOCAB, BATCH, STEPS, KILL_AFTER = 16, 64, 8, 24, 9
@@ -221,30 +222,27 @@ def main() -> None:
         return
 
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        write_shards(root / "shards")
-        print(
-            f"Wrote token shards for {len(SOURCES)} sources: "
-            + ", ".join(f"{n} ({s} sequences)" for n, s in SOURCES.items())
-        )
-        (root / "a").mkdir()
-        (root / "b").mkdir()
-        launch(root / "shards", root / "a", "uninterrupted run  ")
-        launch(root / "shards", root / "b", "run killed -9     ", kill_after=KILL_AFTER)
-        checkpoint = root / "b" / "ckpt" / f"step={KILL_AFTER}.ckpt"
-        if not checkpoint.exists():
-            raise SystemExit(f"the interrupted run wrote no checkpoint at step {KILL_AFTER}")
-        for log in (root / "b").glob("rank*.jsonl"):  # a rank may have begun the next step
-            kept = [
-                line
-                for line in log.read_text().splitlines()
-                if json.loads(line)["step"] < KILL_AFTER
-            ]
-            log.write_text("".join(line + "\n" for line in kept))
-        launch(root / "shards", root / "b", "resumed (ckpt_path)", checkpoint=str(checkpoint))
-        reference, resumed = read_steps(root / "a"), read_steps(root / "b")
-        compared, equal, missing = final_parameters(root / "a", root / "b")
+    root = run_folder("demo")  # kept: shards, logs and checkpoints, for a look after
+    write_shards(root / "shards")
+    print(
+        f"Wrote token shards for {len(SOURCES)} sources: "
+        + ", ".join(f"{n} ({s} sequences)" for n, s in SOURCES.items())
+    )
+    (root / "a").mkdir()
+    (root / "b").mkdir()
+    launch(root / "shards", root / "a", "uninterrupted run  ")
+    launch(root / "shards", root / "b", "run killed -9     ", kill_after=KILL_AFTER)
+    checkpoint = root / "b" / "ckpt" / f"step={KILL_AFTER}.ckpt"
+    if not checkpoint.exists():
+        raise SystemExit(f"the interrupted run wrote no checkpoint at step {KILL_AFTER}")
+    for log in (root / "b").glob("rank*.jsonl"):  # a rank may have begun the next step
+        kept = [
+            line for line in log.read_text().splitlines() if json.loads(line)["step"] < KILL_AFTER
+        ]
+        log.write_text("".join(line + "\n" for line in kept))
+    launch(root / "shards", root / "b", "resumed (ckpt_path)", checkpoint=str(checkpoint))
+    reference, resumed = read_steps(root / "a"), read_steps(root / "b")
+    compared, equal, missing = final_parameters(root / "a", root / "b")
 
     same = [reference[s] == resumed.get(s) for s in reference]
     identical = len(reference) == STEPS and all(same) and len(resumed) == STEPS
@@ -276,6 +274,7 @@ def main() -> None:
         f"\nVerdict: {verdict} (killed with SIGKILL after step {KILL_AFTER}, resumed "
         f"with ckpt_path; {time.perf_counter() - started:.0f} s)"
     )
+    print(inspect_hint(checkpoint))
     raise SystemExit(0 if identical and params_same else 1)
 
 

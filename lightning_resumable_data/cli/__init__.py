@@ -93,11 +93,13 @@ def _run(args: argparse.Namespace) -> int:
         report = inspect(args.checkpoint, args.world_size, args.batch_size)
         print(json.dumps(report, indent=2) if args.json else format_inspect(report))
         return 0
-    from lightning_resumable_data.cli.plan import format_plan, load_config, make_plan, plot_plan
+    from lightning_resumable_data.cli.plan import format_plan, load_config, make_plan
 
     plan = make_plan(load_config(args.config), str(args.config))
     print(json.dumps(plan.to_json(), indent=2) if args.json else format_plan(plan), flush=True)
     if args.png is not None:  # the table first: the plot needs an optional dependency
+        from lightning_resumable_data.cli._plot import plot_plan
+
         plot_plan(plan, args.png)
         if not args.json:
             print(f"\nwrote {args.png}")

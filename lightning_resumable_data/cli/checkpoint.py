@@ -5,10 +5,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
-import pickle
-import textwrap
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,157 +16,21 @@ from lightning_resumable_data.cli._dryrun import (
     resume_datamodule,
     resume_loader,
 )
-from lightning_resumable_data.cli._errors import EXIT_FAILURE, CliError
-from lightning_resumable_data.cli._format import count, percent, table
+from lightning_resumable_data.cli._errors import CliError
+from lightning_resumable_data.cli._inspect_text import format_inspect
+from lightning_resumable_data.cli._reading import (
+    DataState,
+    find_data_state,
+    fit_loop_loader,
+    load_checkpoint,
+)
 from lightning_resumable_data.index.mixture import mixture_probabilities
 from lightning_resumable_data.index.permutation import check_algorithm
 from lightning_resumable_data.lightning.plan import PlanConfig
-from lightning_resumable_data.loader import StatefulDataLoader
 from lightning_resumable_data.samplers.distributed import DistributedSampler
 from lightning_resumable_data.samplers.mixture import MixturePhase, MixtureSampler
 
 __all__ = ["DataState", "find_data_state", "format_inspect", "inspect", "load_checkpoint"]
-
-LOADER_KIND = StatefulDataLoader.KIND
-# Sharded checkpoints are directories; these files hold the trainer state in them.
-_SHARDED_FILES = ("meta.pt", "checkpoint/mp_rank_00_model_states.pt")
-_SKIP_KEYS = frozenset({"state_dict", "optimizer_states", "lr_schedulers", "model", "optimizer"})
-
-
-# -- reading the checkpoint ------------------------------------------------------------------
-
-
-def load_checkpoint(path: Path) -> dict[str, Any]:
-    """Load a checkpoint file (or a sharded checkpoint's metadata file) on the CPU.
-
-    Tensors are memory-mapped where the file allows it, so a large checkpoint is not read
-    into memory to look at its data state. The file is unpickled (``weights_only=False``),
-    as Lightning itself loads checkpoints: inspect only files you trust.
-
-    Raises:
-        CliError: The file is missing, not a checkpoint, or needs modules not installed.
-    """
-    if path.is_dir():
-        found = next((path / name for name in _SHARDED_FILES if (path / name).is_file()), None)
-        if found is None:
-            raise CliError(
-                f"{path} is a directory, not a checkpoint file",
-                hint="pass the .ckpt file; for a sharded checkpoint pass DIR/meta.pt (FSDP) "
-                "or DIR/checkpoint/mp_rank_00_model_states.pt (DeepSpeed).",
-            )
-        path = found
-    if not path.is_file():
-        raise CliError(
-            f"no such file: {path}",
-            hint="check the path; ModelCheckpoint writes to its dirpath, by default "
-            "<default_root_dir>/lightning_logs/version_N/checkpoints/.",
-        )
-    import torch  # deferred: only this command reads torch files
-
-    try:
-        try:
-            loaded = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
-        except RuntimeError:  # not the zip format (legacy or not a checkpoint): no mmap
-            loaded = torch.load(path, map_location="cpu", weights_only=False)
-    except (ModuleNotFoundError, AttributeError) as error:
-        raise CliError(
-            f"cannot unpickle {path}: {error}",
-            hint="the checkpoint holds objects of a module this environment lacks (e.g. "
-            "hyperparameters); run lrd in the training environment.",
-            code=EXIT_FAILURE,
-        ) from None
-    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError) as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        raise CliError(
-            f"{path} is not a checkpoint torch.load can read ({type(error).__name__}: {first})",
-            hint="pass a file written by ModelCheckpoint, trainer.save_checkpoint or fabric.save.",
-        ) from None
-    if not isinstance(loaded, dict):
-        raise CliError(
-            f"{path} is not a checkpoint: it holds a {type(loaded).__name__}, not a dict",
-            hint="pass a file written by ModelCheckpoint, trainer.save_checkpoint or fabric.save.",
-        )
-    return loaded
-
-
-@dataclass
-class DataState:
-    """The data state found in a checkpoint.
-
-    Attributes:
-        where: Where it was found (a key path, e.g. ``"ResumableDataModule"``).
-        loader: The training loader's state.
-        module: The data module's whole state (with ``config``), if saved by one.
-        callback: The ``ResumableDataCallback`` state, if any.
-        others: Where other loader states were found (not shown).
-    """
-
-    where: str
-    loader: dict[str, Any]
-    module: dict[str, Any] | None = None
-    callback: dict[str, Any] | None = None
-    others: tuple[str, ...] = ()
-
-
-def _is_module_state(value: object) -> bool:
-    return (
-        isinstance(value, dict)
-        and isinstance(value.get("config"), dict)
-        and "sources" in value["config"]
-    )
-
-
-def _is_loader_state(value: object) -> bool:
-    return isinstance(value, dict) and value.get("kind") == LOADER_KIND and "epoch" in value
-
-
-def _loader_states(value: object, where: str, depth: int = 0) -> Iterator[tuple[str, Any]]:
-    """Every loader state nested in ``value`` (Fabric checkpoints put them under any key)."""
-    if _is_loader_state(value):
-        yield where, value
-    elif depth < 6 and isinstance(value, Mapping):
-        for key, item in value.items():
-            if key not in _SKIP_KEYS:
-                yield from _loader_states(item, f"{where}.{key}" if where else str(key), depth + 1)
-    elif depth < 6 and isinstance(value, (list, tuple)):
-        for i, item in enumerate(value):
-            yield from _loader_states(item, f"{where}[{i}]", depth + 1)
-
-
-def find_data_state(checkpoint: Mapping[str, Any], name: str) -> DataState:
-    """Find the data module's state, else a training-loader state, in a loaded checkpoint.
-
-    Lightning stores ``datamodule.state_dict()`` under the class's ``__qualname__``
-    (``"ResumableDataModule"``, or a subclass's name), the loader's state in its fit loop,
-    and a Fabric checkpoint holds whatever was passed to ``fabric.save``.
-
-    Raises:
-        CliError: No state of this package is in the checkpoint.
-    """
-    callbacks = checkpoint.get("callbacks")
-    callback = callbacks.get("ResumableDataCallback") if isinstance(callbacks, dict) else None
-    callback = callback if isinstance(callback, dict) else None
-    modules = [(k, v) for k, v in checkpoint.items() if _is_module_state(v)]
-    modules.sort(key=lambda kv: kv[0] != "ResumableDataModule")
-    for key, module in modules:
-        if _is_loader_state(module.get("train_loader")):
-            return DataState(key, module["train_loader"], module, callback)
-    found = list(_loader_states(checkpoint, ""))
-    if found:
-        where, loader = found[0]
-        module = modules[0][1] if modules else None
-        return DataState(where, loader, module, callback, tuple(w for w, _ in found[1:]))
-    if modules:
-        raise CliError(
-            f"{name} holds the {modules[0][0]} configuration but no training-loader position: "
-            "it was saved before the training loader was built",
-            hint="inspect a checkpoint written during trainer.fit.",
-        )
-    raise CliError(
-        f"no lightning-resumable-data state in {name}: was it written with ResumableDataModule?",
-        hint="train with trainer.fit(model, datamodule=ResumableDataModule(...)), or put a "
-        "StatefulDataLoader in the state you pass to fabric.save.",
-    )
 
 
 # -- the report ------------------------------------------------------------------------------
@@ -460,7 +321,7 @@ def _report(
         report["sampler"] = {"kind": None, "fingerprint": {}}
     report["mixture"] = mixture
     report["accumulate_grad_batches"] = accumulate
-    fit_loop = _fit_loop_loader(checkpoint)
+    fit_loop = fit_loop_loader(checkpoint)
     if fit_loop is not None and found.module is not None and fit_loop != state:
         report["warnings"].append(
             "the fit loop's copy of the loader state differs from the data module's; "
@@ -482,156 +343,3 @@ def _report(
         accumulate,
     )
     return report
-
-
-def _fit_loop_loader(checkpoint: Mapping[str, Any]) -> dict[str, Any] | None:
-    try:
-        combined = checkpoint["loops"]["fit_loop"]["state_dict"]["combined_loader"]
-    except (KeyError, TypeError):
-        return None
-    states = [s for s in combined if _is_loader_state(s)] if isinstance(combined, list) else []
-    return states[0] if states else None
-
-
-# -- human-readable output -------------------------------------------------------------------
-
-
-def _fingerprint_text(fingerprint: Mapping[str, Any]) -> str:
-    shown = {k: v for k, v in fingerprint.items() if k not in ("sources", "sizes", "initial")}
-    return ", ".join(f"{k} {v}" for k, v in shown.items())
-
-
-def format_inspect(report: Mapping[str, Any]) -> str:
-    """The report of :func:`inspect` as text."""
-    lines = [f"checkpoint   {report['checkpoint']}"]
-    lines.append(f"data state   {report['found_at']} (loader resume mode: {report['mode']})")
-    epoch, trained = report["epoch"], report["batches_trained"]
-    step = report["global_step"]
-    step_text = f"; global step {step}" if step is not None else ""
-    batches = _plural(trained, "batch", "batches")
-    if "consumed" in report:
-        consumed, length = report["consumed"], report["epoch_length"]
-        share = f" ({percent(consumed / length)})" if length else ""
-        lines.append(
-            f"position     epoch {epoch}: {count(consumed)} of {count(length)} samples consumed"
-            f"{share}, {batches} trained{step_text}"
-        )
-    else:
-        lines.append(f"position     epoch {epoch}: {batches} trained{step_text}")
-    world, batch = report["world_size"], report["batch_size"]
-    lines.append(
-        f"saved with   world size {world} x batch size {batch} = {count(world * batch)} samples "
-        "per step"
-    )
-    sampler = report["sampler"]
-    if sampler["kind"]:
-        lines += _para("sampler", f"{sampler['kind']}: {_fingerprint_text(sampler['fingerprint'])}")
-    mixture = report["mixture"]
-    if mixture is not None:
-        sizes = ", ".join(f"{n} {count(s)}" for n, s in mixture["sources"].items())
-        lines.append(f"sources      {sizes}")
-        lines.extend(["", *_format_mixture(mixture, report["epoch"])])
-    lines.extend(["", *_format_resume(report)])
-    for warning in report["warnings"]:
-        lines += _para("warning", warning)
-    return "\n".join(lines)
-
-
-def _format_mixture(mixture: Mapping[str, Any], epoch: int) -> list[str]:
-    phase = mixture["phase"]
-    lines = [
-        f"mixture      {phase['label']} in force since sample {count(phase['position'])} of epoch "
-        f"{phase['epoch']}, temperature {phase['temperature']:g}"
-    ]
-    drawn, totals = mixture["drawn"] or {}, mixture["epoch_totals"] or {}
-    header = ["source", "weight", "share", f"drawn in epoch {epoch}", "epoch plan"]
-    rows = [
-        [
-            name,
-            f"{phase['weights'][name]:g}",
-            percent(phase["shares"][name]),
-            count(drawn[name]) if name in drawn else "?",
-            count(totals[name]) if name in totals else "?",
-        ]
-        for name in mixture["sources"]
-    ]
-    lines.extend("  " + row for row in table(header, rows, right=(1, 2, 3, 4)))
-    following = mixture["next_phase"]
-    if following is not None:
-        shares = ", ".join(f"{n} {percent(p)}" for n, p in following["shares"].items())
-        lines += _para(
-            "next",
-            f"{following['label']} from sample {count(following['position'])} of epoch "
-            f"{following['epoch']}: {shares}",
-        )
-    else:
-        lines.append(f"next         no further phase ({mixture['phases']} in the schedule)")
-    return lines
-
-
-def _para(label: str, text: str) -> list[str]:
-    """``text`` wrapped to 100 columns, after a 13-column ``label``."""
-    return textwrap.wrap(
-        text, width=100, initial_indent=label.ljust(13), subsequent_indent=" " * 13
-    )
-
-
-def _plural(n: int, word: str, words: str = "") -> str:
-    return f"{count(n)} {word if n == 1 else words or word + 's'}"
-
-
-def _format_resume(report: Mapping[str, Any]) -> list[str]:
-    resume = report["resume"]
-    world, batch = resume["world_size"], resume["batch_size"]
-    layout = f"world size {world} x batch size {batch}"
-    if resume["mode"] == "exact":
-        layout += " (the saved layout)"
-    if not resume["ok"]:
-        lines = _para("resume", f"under {layout}: REFUSED.") + _para("", resume["error"])
-        if resume.get("hint"):
-            lines += _para("", f"HINT: {resume['hint']}")
-        return lines
-    if "remaining_samples" not in resume:  # not a position-mode state: exact only
-        return _para(
-            "resume",
-            f"under {layout}: exact, after batch {report['batches_trained']} of epoch "
-            f"{report['epoch']}.",
-        )
-    epoch, left = resume["epoch"], resume["remaining_samples"]
-    per_rank, batches = resume["samples_per_rank"], resume["batches_left"]
-    if resume["mode"] == "exact":
-        text = (
-            f"under {layout}: exact. The run continues at sample {count(resume['consumed'])} "
-            f"of epoch {epoch} with the very batches the interrupted run would have read."
-        )
-    else:
-        text = (
-            f"under {layout}: elastic ({', '.join(resume['changes'])}). The remaining "
-            f"{_plural(left, 'sample')} of epoch {epoch} are spread over "
-            f"{_plural(world, 'rank')} in the same global order, each read once; the batches "
-            "differ from those of the saved layout."
-        )
-    short = resume["last_batch"]
-    detail = (
-        f"Per rank: {_plural(per_rank, 'sample')} = "
-        f"{_plural(batches, 'batch', 'batches')} of {batch}"
-        + (f" (the last of {short})" if short and batches else "")
-        + f"; epoch {epoch} counts {count(resume['epoch_batches'])} batches in this layout "
-        f"({count(resume['batches_done'])} done), later epochs "
-        f"{count(resume['batches_per_epoch'])}."
-    )
-    if resume["padding"]:
-        detail += (
-            f" {_plural(resume['padding'], 'padding sample')} "
-            f"{'repeats an earlier one' if resume['padding'] == 1 else 'repeat earlier ones'} "
-            "to even out the ranks (drop_last=False)."
-        )
-    if resume["dropped"]:
-        detail += (
-            f" The last {_plural(resume['dropped'], 'sample')} of the epoch's order are left "
-            "out to even out the ranks."
-        )
-    lines = _para("resume", text) + _para("", detail)
-    for warning in resume.get("warnings", []):
-        lines += _para("", f"note: {warning}")
-    return lines

@@ -24,13 +24,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from lightning_resumable_data.cli._dryrun import quiet
-from lightning_resumable_data.cli._errors import DOCS_URL, EXIT_FAILURE, CliError
+from lightning_resumable_data.cli._errors import DOCS_URL, CliError
 from lightning_resumable_data.cli._format import count, percent, table
 from lightning_resumable_data.index.mixture import mixture_probabilities
 from lightning_resumable_data.lightning.plan import PlanConfig
 from lightning_resumable_data.samplers.mixture import MixturePhase, MixtureSampler
 
-__all__ = ["Phase", "Plan", "format_plan", "load_config", "make_plan", "plot_plan"]
+__all__ = ["Phase", "Plan", "format_plan", "load_config", "make_plan"]
 
 _FORMAT_URL: Final = f"{DOCS_URL}cli/#lrd-plan"
 _EXACT_EPOCHS: Final = 2000  # beyond this, identical epochs are counted once and multiplied
@@ -374,62 +374,3 @@ def format_plan(plan: Plan) -> str:
         lines.append("")
         lines.extend(f"note: {note}" for note in plan.notes)
     return "\n".join(lines)
-
-
-def plot_plan(plan: Plan, path: Path) -> None:
-    """Write a PNG: the share of each source over the steps, and the passes over each source.
-
-    Raises:
-        CliError: matplotlib is not installed, or the file cannot be written.
-    """
-    try:
-        from matplotlib.figure import Figure
-        from matplotlib.patches import Patch
-    except ImportError:
-        raise CliError(
-            "--png needs matplotlib, which is not installed",
-            hint="pip install 'lightning-resumable-data[cli]' (or pip install matplotlib).",
-            code=EXIT_FAILURE,
-        ) from None
-    names = list(plan.config.sources)
-    figure = Figure(figsize=(9, 6), layout="constrained")
-    top, bottom = figure.subplots(2, 1, sharex=True)
-    colors = {n: f"C{i % 10}" for i, n in enumerate(names)}
-    for phase in plan.phases:
-        if phase.stop <= phase.start:
-            continue
-        base = 0.0
-        for name in names:
-            share = phase.shares[name]
-            top.bar(
-                phase.start,
-                share,
-                width=phase.stop - phase.start,
-                bottom=base,
-                align="edge",
-                color=colors[name],
-            )
-            base += share
-        top.axvline(phase.start, color="black", linewidth=0.8, linestyle=":")
-    handles = [Patch(color=colors[n], label=n) for n in names]
-    top.legend(handles=handles, loc="upper right", fontsize="small")
-    top.set_ylabel("share of samples")
-    top.set_ylim(0, 1)
-    top.set_title(f"lrd plan {Path(plan.name).name}")
-    steps = [step for step, _ in plan.boundaries]
-    for name in names:
-        size = plan.config.sources[name]
-        passes = [counts[name] / size if size else 0.0 for _, counts in plan.boundaries]
-        bottom.plot(steps, passes, marker="o", color=colors[name], label=name)
-    bottom.set_ylabel("epochs of source")
-    bottom.set_xlabel("optimizer step")
-    bottom.set_xlim(0, plan.max_steps)
-    bottom.grid(alpha=0.3)
-    try:
-        figure.savefig(path, format="png", dpi=100)
-    except OSError as error:
-        raise CliError(
-            f"cannot write {path}: {error.strerror or error}",
-            hint="check that the folder exists and is writable.",
-            code=EXIT_FAILURE,
-        ) from None
