@@ -45,6 +45,11 @@ def step_of(checkpoint: Path) -> int:
     return int(torch.load(checkpoint, map_location="cpu", weights_only=False)["global_step"])
 
 
+def change(entry: dict[str, Any]) -> tuple[Any, ...]:
+    """A schedule entry without its ``plan_end`` (pinned when a later change cuts it)."""
+    return tuple(entry[k] for k in ("epoch", "position", "weights", "temperature", "kind"))
+
+
 def expected_stream(schedules: list[list[dict[str, Any]]], epochs: int) -> list[int]:
     """The global order each epoch's recorded schedule defines (one rank reads it all)."""
     mix = MixtureDataset({n: range(start, start + size) for n, (start, size) in SOURCES.items()})
@@ -102,10 +107,14 @@ def test_elastic_resume_replays_the_schedule(
     state = torch.load(checkpoint, map_location="cpu", weights_only=False)
     loader = state["ResumableDataModule"]["train_loader"]
     point = (loader["epoch"], loader["consumed"])
-    recorded = [e for e in saved if (e["epoch"], e["position"]) <= point or e["kind"] == "online"]
-    recorded = [e for e in recorded if e in loader["sampler"]["schedule"]]
+    in_checkpoint = [change(e) for e in loader["sampler"]["schedule"]]
+    recorded = [
+        change(e) for e in saved if (e["epoch"], e["position"]) <= point or e["kind"] == "online"
+    ]
+    recorded = [e for e in recorded if e in in_checkpoint]
     assert recorded
-    assert all(e in resumed for e in recorded)  # the past, replayed as saved
+    # the past, replayed as saved (a segment's plan_end is set when a later change cuts it)
+    assert all(e in map(change, resumed) for e in recorded)
     stream = ledger(writer).cut(stop).stream() + ledger(after).stream()
     epoch = loader["epoch"]
     expected = expected_stream([saved] * epoch + [resumed], 3)
@@ -182,24 +191,46 @@ def test_set_weights_before_fit_and_bad_policies() -> None:
         OnlineMixer(None, every_n_steps=0)
 
 
-def test_ten_thousand_changes_state_size_and_resume_latency() -> None:
+def test_changes_while_reading_resume_exactly() -> None:
+    """Changes decided while the sampler reads, each cutting the segment being read."""
     sampler = mixture_sampler(epoch_length=10**6)
     it = iter(sampler)
-    for _ in range(10**4):  # a change every ~100 samples, across the epoch
+    for _ in range(100):
         for _ in range(50):
             next(it)
         weights = np.random.default_rng(sampler.consumed).random(2) + 0.1
         sampler.update_weights(weights.tolist(), kind="online")
-    state = sampler.state_dict()
+    for _ in range(7):
+        next(it)
+    state = json.loads(json.dumps(sampler.state_dict()))
+    assert state["segment"]["start"] == 5000  # the resume builds only the last segment
+    resumed = mixture_sampler()
+    resumed.load_state_dict(state)
+    assert [x for x, _ in zip(resumed, range(300), strict=False)] == [next(it) for _ in range(300)]
+    assert resumed.source_counts(5307) == sampler.source_counts(5307)
+    assert resumed.source_counts(10) == sampler.source_counts(10)  # before it: planned again
+    state["segment"]["drawn"][0] += 1  # checked against source_counts (base is trusted)
+    with pytest.raises(ValueError, match=r"'segment'.*does not agree"):
+        mixture_sampler().load_state_dict(state)
+
+
+def test_ten_thousand_changes_state_size_and_resume_latency() -> None:
+    sampler = mixture_sampler(epoch_length=10**6)
+    next(iter(sampler))  # reading: each change cuts the segment before it, as in training
+    for i in range(1, 10**4 + 1):  # a change every 50 samples, scheduled ahead (faster)
+        weights = np.random.default_rng(i).random(2) + 0.1
+        sampler.update_weights(weights.tolist(), position=50 * i, kind="online")
+    point = 50 * 10**4 + 17
+    state = json.loads(json.dumps(sampler.state_at(0, point)))
     size = len(json.dumps(state))
     started = time.perf_counter()
     resumed = mixture_sampler()
     resumed.load_state_dict(state)
-    first = next(iter(resumed))
+    head = [x for x, _ in zip(resumed, range(100), strict=False)]
     latency = time.perf_counter() - started
-    assert first == next(it)
-    print(f"10**4 changes: state {size:,} bytes, resume to the first sample {latency:.2f} s")
+    assert head == sampler._order(0)(np.arange(point, point + 100)).tolist()
+    print(f"10**4 changes: state {size:,} bytes, resume to the first samples {latency:.3f} s")
     assert size < 2_000_000, size
-    assert latency < 30.0, latency
+    assert latency < 5.0, latency  # 0.1 s here; the bound leaves room for a slow CI machine
     sampler.set_epoch(1)  # past epochs' online changes are compacted away
     assert len(json.dumps(sampler.state_dict())) < 1000

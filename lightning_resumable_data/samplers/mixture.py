@@ -34,7 +34,7 @@ from lightning_resumable_data.samplers.schedule import (
     entry_key,
     reconcile_schedule,
 )
-from lightning_resumable_data.state import check_state
+from lightning_resumable_data.state import StateMismatchError, check_state
 
 __all__ = ["MixturePhase", "MixtureSampler", "check_phases"]
 
@@ -53,6 +53,20 @@ class _Segment:
     arrangement: Arrangement
     base: NDArray[np.int64]  # draws of each source in the epoch before this segment
     drawn: NDArray[np.int64]  # samples of each source in the epoch's positions [0, start)
+
+
+@dataclass(frozen=True, slots=True)
+class _Anchor:
+    """Where a loaded epoch's plan may start: a segment's start and its ``_Segment`` counts.
+
+    Saved with the state (``"segment"``), so that a resume builds the segments from the
+    resume point on, not every segment of the epoch (10**4 online changes: 10**4 segments).
+    """
+
+    epoch: int
+    start: int
+    base: NDArray[np.int64]
+    drawn: NDArray[np.int64]
 
 
 class MixtureSampler(DistributedSampler):
@@ -78,7 +92,9 @@ class MixtureSampler(DistributedSampler):
     State keys: those of :class:`DistributedSampler` (fingerprint: ``sources``, ``sizes``,
     ``seed``, ``samples_per_epoch``, ``drop_last``, ``initial``, ``order``: the arrangement
     law, :data:`ORDER`), plus ``schedule``: the list of changes, each ``{"epoch",
-    "position", "weights", "temperature", "plan_end"}``, and ``source_counts``.
+    "position", "weights", "temperature", "plan_end", "kind"}``, ``source_counts``, and
+    ``segment``: the start and per-source counts of the segment holding the position (absent
+    in its epoch's first segment), so a resume plans the epoch from there, not from 0.
 
     Args:
         dataset: The :class:`MixtureDataset`.
@@ -138,6 +154,7 @@ class MixtureSampler(DistributedSampler):
         self._initial = {"weights": first["weights"], "temperature": first["temperature"]}
         self._schedule: list[dict[str, Any]] = [first]
         self._plans: dict[int, list[_Segment]] = {}
+        self._anchor: _Anchor | None = None  # a loaded epoch's plan starts here (see _plan)
         self._computed: list[Any] | None = None  # the chunk being read (see _chunks)
         self._restart = False  # a batched iteration recomputes from its next batch
         self.allow_schedule_change = False
@@ -315,8 +332,9 @@ class MixtureSampler(DistributedSampler):
             governing = dict(governing, epoch=epoch, position=0, plan_end=None, kind="carry")
             self._schedule.insert(index + 1, governing)
         if governing["plan_end"] is None:
-            plan = self._plan(epoch)
-            governing["plan_end"] = next(s for s in plan if s.start == governing["position"]).stop
+            plan = self._plan(epoch, governing["position"])
+            found = bisect.bisect_left(plan, governing["position"], key=lambda s: s.start)
+            governing["plan_end"] = plan[found].stop
 
     # -- the order --------------------------------------------------------------------------
 
@@ -346,14 +364,25 @@ class MixtureSampler(DistributedSampler):
         drawn = segment.drawn + segment.arrangement.counts_before(length)
         return base, drawn
 
-    def _plan(self, epoch: int) -> list[_Segment]:
-        if epoch in self._plans:
-            return self._plans[epoch]
+    def _plan(self, epoch: int, at: int) -> list[_Segment]:
+        """The segments of ``epoch`` from the one holding position ``at`` (or earlier) on.
+
+        A plan starts at the epoch's beginning, or at a loaded state's anchor (the segment
+        of the resume point) when ``at`` is not before it: a resume after many changes
+        builds only the segments from there on.
+        """
+        plan = self._plans.get(epoch)
+        if plan is not None and plan[0].start <= at:
+            return plan
         first = self._governing(epoch, 0)
+        base = drawn = np.zeros(len(self.mixture.names), dtype=np.int64)
+        anchor = self._anchor
+        if anchor is not None and anchor.epoch == epoch and 0 < anchor.start <= at:
+            first = self._governing(epoch, anchor.start)
+            base, drawn = anchor.base, anchor.drawn
         last = bisect.bisect_left(self._schedule, (epoch, self.epoch_length), key=entry_key)
         entries = [self._schedule[first], *self._schedule[first + 1 : last]]
-        plan: list[_Segment] = []
-        base = drawn = np.zeros(len(self.mixture.names), dtype=np.int64)
+        plan = []
         for i, entry in enumerate(entries):
             stop = entries[i + 1]["position"] if i + 1 < len(entries) else self.epoch_length
             plan.append(self._segment(epoch, entry, stop, base, drawn))
@@ -364,7 +393,7 @@ class MixtureSampler(DistributedSampler):
     def _can_extend(self, epoch: int, position: int) -> bool:
         """Whether a change appended at ``position`` can extend the cached plan in O(1)."""
         plan = self._plans.get(epoch)
-        if plan is None:
+        if plan is None or position < plan[0].start:
             return False
         if position >= self.epoch_length:
             return True  # past this epoch's end: its plan is unchanged
@@ -473,9 +502,9 @@ class MixtureSampler(DistributedSampler):
         self, epoch: int, positions: NDArray[np.int64]
     ) -> tuple[NDArray[np.int16], NDArray[np.int64]]:
         """Sources and per-epoch draw numbers at global ``positions`` (only those)."""
-        plan = self._plan(epoch)
+        plan = self._plan(epoch, int(positions.min()) if len(positions) else self.epoch_length)
         if len(plan) == 1:
-            labels, draws = plan[0].arrangement.locate(positions)
+            labels, draws = plan[0].arrangement.locate(positions - plan[0].start)
             return labels, draws + plan[0].base[labels]
         labels = np.empty(len(positions), dtype=np.int16)
         draws = np.empty(len(positions), dtype=np.int64)
@@ -506,7 +535,7 @@ class MixtureSampler(DistributedSampler):
         consumed = self.consumed if consumed is None else consumed
         consumed = min(consumed, self.epoch_length)
         epoch = self.epoch if epoch is None else epoch
-        plan = self._plan(epoch)
+        plan = self._plan(epoch, consumed)
         index = max(0, bisect.bisect_right(plan, consumed, key=lambda s: s.start) - 1)
         segment = plan[index]
         upto = max(0, min(consumed, segment.stop) - segment.start)
@@ -538,7 +567,66 @@ class MixtureSampler(DistributedSampler):
         state = super().state_at(epoch, consumed)
         state["schedule"] = compact_schedule(self._schedule, epoch)
         state["source_counts"] = self.source_counts(consumed, epoch)
+        segment: _Segment | None = None
+        if 0 < consumed < self.epoch_length:  # where a resume's plan starts (see _Anchor)
+            plan = self._plan(epoch, consumed)
+            segment = plan[bisect.bisect_right(plan, consumed, key=lambda s: s.start) - 1]
+        if segment is not None and segment.start > 0:
+            state["segment"] = {
+                "start": segment.start,
+                "base": segment.base.tolist(),
+                "drawn": segment.drawn.tolist(),
+            }
         return state
+
+    def _load_anchor(self, state: Mapping[str, Any]) -> _Anchor | None:
+        """The saved segment of the resume point, checked against the saved counts.
+
+        ``None`` (plan the epoch from its start) for a state without one. The check costs
+        one segment: its counts up to the resume point must give the saved
+        ``source_counts``, and its draws must cover its samples.
+        """
+        saved, epoch, consumed = state.get("segment"), state["epoch"], state["consumed"]
+        if saved is None:
+            return None
+        prefix = f"Cannot load this state into {self.KIND}: its 'segment'"
+        names = self.mixture.names
+        try:
+            start = check_non_negative_int("start", saved["start"])
+            base = np.array([check_non_negative_int("base", v) for v in saved["base"]])
+            drawn = np.array([check_non_negative_int("drawn", v) for v in saved["drawn"]])
+            counts = np.array([state["source_counts"][n] for n in names], dtype=np.int64)
+        except (KeyError, TypeError, ValueError) as error:
+            raise StateMismatchError(f"{prefix} is invalid ({error}).") from None
+        shapes_ok = len(base) == len(drawn) == len(names)
+        if not (shapes_ok and 0 < start <= consumed < self.epoch_length):
+            raise StateMismatchError(
+                f"{prefix} (start {start}, {len(base)} sources) does not fit the resume "
+                f"point {consumed} of {self.epoch_length} and {len(names)} sources; the "
+                "state is corrupted."
+            )
+        anchor = _Anchor(epoch, start, base.astype(np.int64), drawn.astype(np.int64))
+        previous, self._anchor = self._anchor, anchor
+        self._plans.clear()
+        try:
+            segment = self._plan(epoch, consumed)[0]
+            upto = min(consumed, segment.stop) - segment.start
+            counted = segment.drawn + segment.arrangement.counts_before(upto)
+        finally:
+            self._anchor = previous
+        valid = (
+            segment.start == start
+            and int(drawn.sum()) == start
+            and bool(np.all(base >= drawn))
+            and np.array_equal(counted, counts)
+        )
+        if not valid:
+            raise StateMismatchError(
+                f"{prefix} (start {start}, base {base.tolist()}, drawn {drawn.tolist()}) "
+                f"does not agree with its schedule and source_counts {counts.tolist()}; the "
+                "state is corrupted."
+            )
+        return anchor
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore the position and the schedule.
@@ -557,6 +645,15 @@ class MixtureSampler(DistributedSampler):
         )
         checked = check_schedule(self, state_dict.get("schedule"))
         schedule = reconcile_schedule(self, checked, state_dict["epoch"], state_dict["consumed"])
-        super().load_state_dict(state_dict)
+        previous = self._schedule
         self._schedule = schedule
-        self._plans.clear()
+        try:
+            anchor = self._load_anchor(state_dict)  # builds the plan from the anchor on
+            super().load_state_dict(state_dict)
+        except BaseException:
+            self._schedule = previous
+            self._plans.clear()
+            raise
+        self._anchor = anchor
+        if anchor is None:
+            self._plans.clear()

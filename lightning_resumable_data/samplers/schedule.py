@@ -18,6 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from lightning_resumable_data.index.mixture import check_weights, mixture_probabilities
 from lightning_resumable_data.samplers.distributed import check_non_negative_int
 from lightning_resumable_data.state import StateMismatchError
@@ -189,6 +191,37 @@ def reconcile_schedule(
     return merged + [ahead[k] for k in sorted(ahead)]
 
 
+def _all_valid(owner: Any, schedule: list[Any]) -> bool:
+    """Whether every entry's weights and temperature pass ``owner._entry``'s checks.
+
+    One array check for the whole schedule (10**4 online changes load in milliseconds);
+    ``False`` sends the schedule through the entry-by-entry checks, which name the error.
+    """
+    width = len(owner.mixture.names)
+    try:
+        rows = [e["weights"] for e in schedule]
+        temperatures = [e["temperature"] for e in schedule]
+    except (KeyError, TypeError):
+        return False
+    plain = all(
+        type(row) is list and len(row) == width and all(type(v) in (int, float) for v in row)
+        for row in rows
+    ) and all(type(t) in (int, float) for t in temperatures)
+    if not plain:
+        return False
+    weights = np.array(rows, dtype=np.float64).reshape(len(rows), width)  # (entries, J)
+    temps = np.array(temperatures, dtype=np.float64)
+    empty = np.asarray(owner.mixture.sizes) == 0
+    return bool(
+        np.isfinite(weights).all()
+        and (weights >= 0).all()
+        and weights.any(axis=1).all()
+        and not (weights[:, empty] > 0).any()
+        and np.isfinite(temps).all()
+        and (temps > 0).all()
+    )
+
+
 def check_schedule(owner: Any, schedule: object) -> list[dict[str, Any]]:
     """Validate a saved schedule with ``owner``'s rules (weights, order, ``plan_end``)."""
     prefix = f"Cannot load this state into {owner.KIND}:"
@@ -197,11 +230,20 @@ def check_schedule(owner: Any, schedule: object) -> list[dict[str, Any]]:
             f"{prefix} its 'schedule' is missing or empty; the state is truncated or corrupted."
         )
     checked: list[dict[str, Any]] = []
+    valid = _all_valid(owner, schedule)
     try:
         for entry in schedule:
             epoch = check_non_negative_int("epoch", entry["epoch"])
             position = check_non_negative_int("position", entry["position"])
-            fresh = owner._entry(epoch, position, entry["weights"], entry["temperature"])
+            if valid:  # what owner._entry returns, without checking each entry again
+                fresh = {
+                    "epoch": epoch,
+                    "position": position,
+                    "weights": [float(w) for w in entry["weights"]],
+                    "temperature": float(entry["temperature"]),
+                }
+            else:
+                fresh = owner._entry(epoch, position, entry["weights"], entry["temperature"])
             plan_end = entry.get("plan_end")
             if plan_end is not None:
                 check_non_negative_int("plan_end", plan_end)

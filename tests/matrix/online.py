@@ -103,17 +103,6 @@ def main(argv: Sequence[str]) -> None:
     checkpoints = ModelCheckpoint(
         dirpath=args.out / "ckpt", filename="{step}", every_n_train_steps=1, save_top_k=-1
     )
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        devices=args.devices,
-        strategy="ddp_fork" if args.devices > 1 else "auto",
-        max_epochs=args.max_epochs,
-        callbacks=[checkpoints, callback],
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=args.out,
-    )
 
     class Dump(pl.Callback):
         def on_train_end(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
@@ -126,7 +115,18 @@ def main(argv: Sequence[str]) -> None:
             path = args.out / f"online_rank{trainer.global_rank}.json"
             path.write_text(json.dumps(result))
 
-    trainer.callbacks.append(Dump())
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=args.devices,
+        strategy="ddp_fork" if args.devices > 1 else "auto",
+        max_epochs=args.max_epochs,
+        callbacks=[checkpoints, callback, Dump()],
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=args.out,
+    )
+
     trainer.fit(model, datamodule=datamodule, ckpt_path=args.ckpt)
 
 
