@@ -602,3 +602,18 @@ def test_lrd_script(single: Path) -> None:
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert (report["epoch"], report["consumed"], report["resume"]["mode"]) == (0, 40, "exact")
+
+
+@pytest.mark.parametrize("flag", ["--version", "--help"])
+def test_version_and_help_do_not_import_torch(flag: str) -> None:
+    """``lrd --version`` and ``--help`` answer without importing torch (well under a second)."""
+    code = (
+        "import sys\n"
+        "from lightning_resumable_data.cli import main\n"
+        f"main([{flag!r}])\n"
+        "print(sorted(m for m in ('torch', 'lightning', 'numpy') if m in sys.modules))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert result.stdout.strip().splitlines()[-1] == "[]", result.stdout
