@@ -4,7 +4,7 @@ Run from the repository root::
 
     .venv/bin/python benchmarks/bench_documents.py                # 1e5, 1e6, 1e7 documents
     .venv/bin/python benchmarks/bench_documents.py --quick        # 1e4, 1e5 (CI smoke)
-    .venv/bin/python benchmarks/tables.py                         # docs/documents.md table
+    .venv/bin/python benchmarks/documents_table.py                # docs/documents.md table
 
 Set-up: document lengths drawn once (log-normal, median 256, mean ~420 tokens, clipped
 to [1, 16384]), written as a Megatron ``.idx`` with a sparse ``.bin`` of the right size
@@ -34,12 +34,12 @@ import struct
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from _harness import (
-    REPO_ROOT,
     argument_parser,
     best_time,
     fmt_n,
@@ -57,11 +57,9 @@ from _harness import (
     python_version,
     repeat_runs,
     spawn_json,
-    table_header,
-    table_row,
 )
+from documents_table import RESULTS, document_table
 
-RESULTS = REPO_ROOT / "benchmarks" / "results" / "documents.json"
 SEQ_LEN = 2048
 READS = 4096
 BATCH = 32
@@ -252,7 +250,7 @@ def main() -> None:
             for side in ("ours", "megatron"):
                 progress(f"build {side} {fmt_n(count)}")
                 runs, error = repeat_runs(
-                    lambda s=side, p=prefix: spawn_json(script, ["build", s, p, ""]), repeat
+                    partial(spawn_json, script, ["build", side, prefix, ""]), repeat
                 )
                 if error:
                     raise SystemExit(f"build {side} {count}: {error}")
@@ -271,7 +269,7 @@ def main() -> None:
                 continue
             progress(f"read {side}")
             runs, error = repeat_runs(
-                lambda s=side: spawn_json(script, ["read", s, prefix, lit or ""]), repeat
+                partial(spawn_json, script, ["read", side, prefix, lit or ""]), repeat
             )
             if error:
                 raise SystemExit(f"read {side}: {error}")
@@ -319,45 +317,11 @@ def report(
         "litdata": package_version("litdata"),
         "load_average": load_average(),
         "seq_len": SEQ_LEN,
+        "batch": BATCH,
         "builds": builds,
         "reads": reads,
         "verdicts": verdicts,
     }
-
-
-def document_table(results: dict[str, Any]) -> list[str]:
-    """The Markdown of ``results`` (used here and by ``benchmarks/tables.py``)."""
-    lines = [
-        f"`{results['command']}`: {results['conditions']}; Python {results['python']}, "
-        f"NumPy {results['numpy']}, megatron-core {results['megatron_core']}, litdata "
-        f"{results['litdata']}, {results['load_average']} at the end of the run.",
-        "",
-        *table_header("documents", "samples", "ours s", "Megatron s", "speed-up", "ours peak MiB",
-                      "Megatron peak MiB", "ours index B/doc", "Megatron index B/doc"),
-    ]  # fmt: skip
-    for row in results["builds"]:
-        ours, theirs, n = row["ours"], row["megatron"], row["documents"]
-        lines.append(table_row([
-            fmt_n(n), f"{ours['samples']:,}", f"{ours['seconds']:.3f}",
-            f"{theirs['seconds']:.3f}", f"{theirs['seconds'] / ours['seconds']:.1f}x",
-            f"{ours['peak_mib']:.1f}", f"{theirs['peak_mib']:.1f}",
-            f"{ours['index_bytes'] / n:.3f}", f"{theirs['index_bytes'] / n:.2f}",
-        ]))  # fmt: skip
-    lines += ["", *table_header("reader (1e5 documents)", "us per sample", "M tokens/s")]
-    names = {"ours": "PackedDataset, one sample a call",
-             "ours_batch": f"PackedDataset, __getitems__ of {BATCH}",
-             "megatron": "Megatron GPTDataset", "litdata": "LitData TokensLoader"}  # fmt: skip
-    for side, name in names.items():
-        read = results["reads"].get(side)
-        if read:
-            lines.append(table_row(
-                [name, f"{read['latency_us']:.1f}", f"{read['tokens_per_s'] / 1e6:.1f}"]
-            ))  # fmt: skip
-        else:
-            lines.append(table_row([name, "skipped (not installed)", ""]))
-    lines.append("")
-    lines += [f"- {verdict}" for verdict in results["verdicts"]]
-    return lines
 
 
 if __name__ == "__main__":

@@ -12,6 +12,15 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from lightning_resumable_data.datasets import MixtureDataset
+    from lightning_resumable_data.documents import (
+        DocumentCorpus,
+        PackedDataset,
+        collate_packed,
+        open_hf_dataset,
+        open_megatron,
+        open_parquet,
+        write_megatron,
+    )
     from lightning_resumable_data.lightning import ResumableDataCallback, ResumableDataModule
     from lightning_resumable_data.loader import StatefulDataLoader
     from lightning_resumable_data.randomness import SampleKey, sample_rng
@@ -90,6 +99,18 @@ _LAZY = {
         "shards",
     ),
     **dict.fromkeys(["STATE_VERSION", "ResumeWarning", "StateMismatchError"], "state"),
+    **dict.fromkeys(
+        [
+            "DocumentCorpus",
+            "PackedDataset",
+            "collate_packed",
+            "open_hf_dataset",
+            "open_megatron",
+            "open_parquet",
+            "write_megatron",
+        ],
+        "documents",
+    ),
 }
 
 
@@ -112,9 +133,11 @@ __all__ = [
     "DatasetShardReader",
     "DistributedSampler",
     "DistributedShardedDataset",
+    "DocumentCorpus",
     "MixtureDataset",
     "MixturePhase",
     "MixtureSampler",
+    "PackedDataset",
     "RepeatBatchSampler",
     "RepeatSampler",
     "ReproducibleShuffleBatchSampler",
@@ -135,8 +158,13 @@ __all__ = [
     "StatefulDataLoader",
     "TokenShardReader",
     "__version__",
+    "collate_packed",
+    "open_hf_dataset",
+    "open_megatron",
+    "open_parquet",
     "open_token_shards",
     "sample_rng",
     "seed_training_step",
+    "write_megatron",
     "write_token_shards",
 ]

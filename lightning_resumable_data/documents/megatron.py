@@ -130,6 +130,22 @@ def _check_pointers(
     return total
 
 
+def _is_identity(documents: NDArray[np.int64]) -> bool:
+    return all(
+        np.array_equal(
+            documents[b : b + _CHECK_CHUNK], np.arange(b, min(b + _CHECK_CHUNK, len(documents)))
+        )
+        for b in range(0, len(documents), _CHECK_CHUNK)
+    )
+
+
+def _rises(documents: NDArray[np.int64]) -> bool:
+    return all(
+        bool((np.diff(documents[b : b + _CHECK_CHUNK + 1]) >= 0).all())
+        for b in range(0, len(documents), _CHECK_CHUNK)
+    )
+
+
 def open_megatron(
     prefix: str | os.PathLike[str], *, verify_pointers: bool = False
 ) -> DocumentCorpus:
@@ -142,9 +158,11 @@ def open_megatron(
             total size are checked; every read is bounds-checked either way.
 
     Returns:
-        The documents; with one sequence per document the lengths and pointers stay memory
-        maps of the ``.idx`` (no copy), otherwise document lengths are summed (8 bytes per
-        document).
+        The documents. With one sequence per document (``M = N + 1`` document indices, the
+        ``preprocess_data.py`` default) the document indices are not read (Megatron's
+        ``GPTDataset`` packs sequences too) and the lengths and pointers stay memory maps
+        of the ``.idx``; otherwise (``--split-sentences``) a document is its sequences,
+        and document lengths and starts are computed (16 bytes per document).
 
     Raises:
         FileNotFoundError: Either file is missing.
@@ -180,7 +198,7 @@ def open_megatron(
             f"({count} sequences of {dtype}): the .bin is {what}, or the pair comes from two "
             "different runs. Re-copy both files of the prefix together."
         )
-    if marks < 1 or documents[0] != 0 or documents[-1] != count or (np.diff(documents) < 0).any():
+    if marks < 1 or documents[0] != 0 or documents[-1] != count:
         raise _bad(
             idx,
             f"document indices must rise from 0 to N={count}",
@@ -188,9 +206,15 @@ def open_megatron(
         )
     tokens = np.memmap(binary, dtype=dtype, mode="r") if needed else np.zeros(0, dtype)
     reopen = (partial(open_megatron, verify_pointers=verify_pointers), (str(idx),))
-    if np.array_equal(documents, np.arange(marks)):  # one sequence per document
-        part = CorpusPart(tokens, pointers, dtype.itemsize)
+    if marks == count + 1 and (not verify_pointers or _is_identity(documents)):
+        part = CorpusPart(tokens, pointers, dtype.itemsize)  # one sequence per document
         return DocumentCorpus([part], lengths, name=str(idx), reopen=reopen)
+    if not _rises(documents):
+        raise _bad(
+            idx,
+            f"document indices must not decrease from 0 to N={count}",
+            "Rebuild the index (each document's first sequence, then N).",
+        )
     ends = np.concatenate(([0], np.cumsum(lengths, dtype=np.int64)))
     doc_lengths = ends[documents[1:]] - ends[documents[:-1]]
     part = CorpusPart(tokens, ends[documents[:-1]])
