@@ -151,12 +151,14 @@ class ResumableDataCallback(pl.Callback):
                 "trainer.fit(model, datamodule=ResumableDataModule(...))."
             )
         if self.seed_training and stage == "fit":
-            self._rank = data_parallel_rank(trainer)
+            strategy = getattr(trainer, "strategy", None)  # None: a stand-in trainer
+            self._rank = data_parallel_rank(trainer) if strategy is not None else 0
             seed = self.training_seed
             if seed is None:
                 base = datamodule.seed if isinstance(datamodule, ResumableDataModule) else 0
                 seed = run_seed(base)
-            self._seed = int(trainer.strategy.broadcast(seed, src=0))  # one seed for all ranks
+            # one seed for all ranks (a restored checkpoint's replaces it: load_state_dict)
+            self._seed = seed if strategy is None else int(strategy.broadcast(seed, src=0))
 
     @staticmethod
     def train_loader(trainer: pl.Trainer) -> StatefulDataLoader | None:
