@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from _harness import REPO_ROOT, fmt_n, table_header, table_row
+from remote_table import REMOTE, REMOTE_PAGE, remote_table
 
 PAGE = REPO_ROOT / "docs" / "benchmarks.md"
 MIXTURE = REPO_ROOT / "benchmarks" / "results" / "mixture.json"
@@ -134,9 +135,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     new = replace_block(text, "mixture-table", mixture_table(results))
     if PEERS.exists():
         new = replace_block(new, "peers-table", peers_table(json.loads(PEERS.read_text())))
+    remote_text = remote_new = None
+    if REMOTE.exists():  # bench_remote.py: its table is on the remote-storage page
+        remote_text = REMOTE_PAGE.read_text()
+        remote = remote_table(json.loads(REMOTE.read_text()))
+        remote_new = replace_block(remote_text, "remote", remote)
     if args.check:
-        return 0 if new == text else 1
+        return 0 if new == text and remote_new == remote_text else 1
     PAGE.write_text(new)
+    if remote_new is not None:
+        REMOTE_PAGE.write_text(remote_new)
     print(f"rewrote the generated blocks of {PAGE.relative_to(REPO_ROOT)}")
     return 0
 

@@ -16,6 +16,12 @@ Run::
 
     python examples/sharded_tokens.py            # 32 shards, about a minute
     python examples/sharded_tokens.py --smoke    # a few seconds
+    python examples/sharded_tokens.py --url s3://bucket/shards  # shards in object storage
+
+With ``--url`` the shards are read from object storage (any fsspec URL, with the
+``[remote]`` extra; credentials and ``AWS_ENDPOINT_URL`` from the environment) through a
+local cache bounded by ``--cache-mib``, instead of being written locally.
+The URL must hold shards written by ``write_token_shards`` with ``seq_len=33``, ``uint16``.
 
 It prints the verdicts and exits with status 0 if both hold, 1 otherwise.
 """
@@ -34,6 +40,9 @@ import torch
 from _common import run_folder
 
 from lightning_resumable_data import ShardedDataLoader, open_token_shards, write_token_shards
+from lightning_resumable_data.remote import ShardCache
+
+CACHE: ShardCache | None = None  # set by --url: where remote shards are downloaded
 
 VOCAB, EOS, SEQ_LEN = 512, 0, 32  # a sample holds SEQ_LEN + 1 tokens (inputs and targets)
 
@@ -51,10 +60,10 @@ def collate_tokens(samples: list[np.ndarray[Any, Any]]) -> torch.Tensor:
     return torch.from_numpy(np.stack(samples).astype(np.int64))
 
 
-def make_loader(directory: Path, batch_size: int, rank: int = 0, world: int = 1) -> Any:
-    """A sharded loader over the shards of ``directory`` for ``rank`` of ``world``."""
+def make_loader(directory: Path | str, batch_size: int, rank: int = 0, world: int = 1) -> Any:
+    """A sharded loader over the shards of ``directory`` (or a URL) for ``rank`` of ``world``."""
     return ShardedDataLoader(
-        open_token_shards(directory),  # reads index.json and stats the files; loads nothing
+        open_token_shards(directory, cache=CACHE),  # reads index.json; loads no shard
         batch_size=batch_size,
         seed=2024,
         dp_rank=rank,
@@ -78,7 +87,7 @@ class TinyLM(torch.nn.Module):
 
 
 def train(
-    directory: Path,
+    directory: Path | str,
     args: argparse.Namespace,
     checkpoint: Path,
     stop_after: int | None = None,
@@ -128,7 +137,9 @@ def train(
     return seen
 
 
-def elastic_check(directory: Path, args: argparse.Namespace, data_state: dict[str, Any]) -> bool:
+def elastic_check(
+    directory: Path | str, args: argparse.Namespace, data_state: dict[str, Any]
+) -> bool:
     """Resume a data state on two ranks; is every sample of that epoch read exactly once?"""
     epoch, consumed = data_state["epoch"], data_state["consumed"]
     # What one rank read of that epoch before the checkpoint: the first `consumed` samples.
@@ -144,7 +155,7 @@ def elastic_check(directory: Path, args: argparse.Namespace, data_state: dict[st
         after += [row.tobytes() for batch in loader for row in batch.numpy()]
         loader.close()
     every = Counter(before + after)
-    total = sum(len(reader) for reader in open_token_shards(directory))
+    total = sum(len(reader) for reader in open_token_shards(directory, cache=CACHE))
     duplicates = sum(every.values()) - len(every)  # wrap-around padding of the last row
     ok = len(every) == total and duplicates < 2
     print(
@@ -163,25 +174,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--save-every", type=int, default=25)
+    parser.add_argument("--url", help="read the shards from this URL (s3://, https://, ...)")
+    parser.add_argument("--cache-mib", type=float, default=64.0, help="cache bound with --url")
     args = parser.parse_args(argv)
+    global CACHE
     torch.set_num_threads(1)  # a tiny model: more threads only add overhead
     if args.smoke:
         args.documents, args.tokens_per_shard, args.save_every = 200, 4096, 5
 
     root = run_folder("sharded_tokens")  # kept: shards and checkpoints, for a look after
-    directory = root / "shards"
-    index = write_token_shards(
-        directory,
-        documents(args.documents, seed=0),
-        seq_len=SEQ_LEN + 1,
-        dtype=np.uint16,
-        tokens_per_shard=args.tokens_per_shard,
-    )
-    print(
-        f"wrote {len(index.files)} shards, {index.total_samples} samples of "
-        f"{index.seq_len} tokens ({index.dropped_tokens} trailing tokens dropped)"
-    )
-    steps_per_epoch = -(-index.total_samples // args.batch_size)
+    directory: Path | str = root / "shards"
+    if args.url:  # shards in object storage, downloaded into a bounded local cache
+        directory = args.url
+        CACHE = ShardCache(root / "cache", max_bytes=int(args.cache_mib * (1 << 20)))
+        total_samples = sum(len(reader) for reader in open_token_shards(args.url, cache=CACHE))
+        print(f"reading {total_samples} samples from {args.url}")
+    else:
+        index = write_token_shards(
+            directory,
+            documents(args.documents, seed=0),
+            seq_len=SEQ_LEN + 1,
+            dtype=np.uint16,
+            tokens_per_shard=args.tokens_per_shard,
+        )
+        total_samples = index.total_samples
+        print(
+            f"wrote {len(index.files)} shards, {index.total_samples} samples of "
+            f"{index.seq_len} tokens ({index.dropped_tokens} trailing tokens dropped)"
+        )
+    steps_per_epoch = -(-total_samples // args.batch_size)
     crash = steps_per_epoch + steps_per_epoch // 2 + 3  # mid-shard in epoch 1
 
     print(f"1. uninterrupted run: {args.epochs} epochs of {steps_per_epoch} steps")
@@ -195,6 +216,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"   {len(reference)} batches: {'IDENTICAL' if identical else 'DIFFERENT'}")
     print("3. the same checkpoint resumed on 2 ranks")
     elastic = elastic_check(directory, args, saved["data"])
+    if CACHE is not None:
+        print(f"   cache: {CACHE.cached_bytes()} bytes kept (bound {CACHE.max_bytes})")
+        CACHE.close()
+        CACHE = None
 
     verdict = identical and elastic
     print(f"Verdict: {'PASS' if verdict else 'FAIL'}")

@@ -153,3 +153,24 @@ def test_upcoming_shards_follow_the_epoch_order() -> None:
     following = list(upcoming_shards(5, 7, True, 2, order[1]))
     assert following[:3] == order[2:]
     assert following[3:] == shard_order(5, 7, 3, True).tolist()[:1]
+
+
+def test_example_reads_shards_from_a_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    monkeypatch.syspath_prepend(str(examples))
+    spec = importlib.util.spec_from_file_location(
+        "sharded_tokens_url", examples / "sharded_tokens.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    write_token_shards(
+        tmp_path / "d", example.documents(200, seed=0), seq_len=example.SEQ_LEN + 1,
+        tokens_per_shard=4096,
+    )  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    with FileServer(tmp_path / "d") as server:
+        assert example.main(["--smoke", "--url", server.url, "--cache-mib", "0.1"]) == 0

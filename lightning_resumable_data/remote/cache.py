@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from lightning_resumable_data.remote._directory import CacheDirectory
 from lightning_resumable_data.remote.retry import RetryPolicy, with_retries
 from lightning_resumable_data.remote.urls import filesystem, redact, url_name
 
@@ -51,7 +52,6 @@ __all__ = ["RemoteObject", "ShardCache"]
 
 _CHUNK: Final = 64 << 20  # one ranged GET per 64 MiB
 _MD5: Final = re.compile(r"^[0-9a-f]{32}$")
-_TMP: Final = re.compile(r"^\.(?P<name>.+)\.(?P<size>\d+)\.\d+\.\d+\.tmp$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +112,7 @@ class ShardCache:
             )
         self.directory = Path(directory).absolute()
         self.max_bytes = max_bytes
+        self._disk = CacheDirectory(self.directory, max_bytes)
         self.storage_options = dict(storage_options or {})
         self.retry = retry or RetryPolicy()
         self.prefetch_bytes = prefetch_bytes
@@ -202,39 +203,11 @@ class ShardCache:
 
     def path_for(self, remote: RemoteObject) -> Path:
         """Where ``remote`` is (or will be) cached."""
-        return self.directory / remote.key
-
-    def _file_lock(self, path: Path) -> int:
-        locks = self.directory / ".locks"
-        locks.mkdir(parents=True, exist_ok=True)
-        return os.open(locks / path.name, os.O_RDWR | os.O_CREAT, 0o644)
-
-    @contextlib.contextmanager
-    def _locked(self, path: Path, mode: int) -> Iterator[None]:
-        descriptor = self._file_lock(path)
-        try:
-            fcntl.flock(descriptor, mode)
-            yield
-        finally:
-            os.close(descriptor)  # closing releases the lock
+        return self._disk.path(remote.key)
 
     def cached_bytes(self) -> int:
         """Bytes of the cached files and the downloads in flight (all processes)."""
-        return sum(size for _, size, _ in self._entries())
-
-    def _entries(self) -> list[tuple[Path, int, float]]:
-        """(path, bytes counted, last use) of every file and reservation in the cache."""
-        out = []
-        with contextlib.suppress(FileNotFoundError):
-            for entry in os.scandir(self.directory):
-                if not entry.is_file() or entry.name.startswith(".lock"):
-                    continue
-                with contextlib.suppress(FileNotFoundError):
-                    stat = entry.stat()
-                    reserved = _TMP.match(entry.name)
-                    size = int(reserved["size"]) if reserved else stat.st_size
-                    out.append((Path(entry.path), size, stat.st_mtime))
-        return out
+        return self._disk.cached_bytes()
 
     def fetch(self, remote: RemoteObject, *, rank: int | None = None) -> Path | None:
         """Download ``remote`` unless it is cached; return its local path.
@@ -247,27 +220,11 @@ class ShardCache:
         target = self.path_for(remote)
         if target.exists():
             return target
-        self.directory.mkdir(parents=True, exist_ok=True)
-        with self._locked(target, fcntl.LOCK_EX):
+        with self._disk.locked(target, fcntl.LOCK_EX):
             if target.exists():  # another process downloaded it while we waited
                 return target
-            temporary = self._reserve(remote, target, rank)
+            temporary = self._disk.reserve(target, remote.size, rank, self._priority)
             if temporary is None:
-                return None
-            try:
-                temporary.write_bytes(self._get(remote))
-                os.replace(temporary, target)
-                self.downloads += 1
-            finally:
-                temporary.unlink(missing_ok=True)
-        return target
-
-    def _reserve(self, remote: RemoteObject, target: Path, rank: int | None) -> Path | None:
-        """Make room for ``remote`` and create its temporary file (under the cache lock)."""
-        name = f".{target.name}.{remote.size}.{os.getpid()}.{threading.get_ident()}.tmp"
-        temporary = target.with_name(name)
-        with self._locked(self.directory / ".lock", fcntl.LOCK_EX):
-            if self.max_bytes is not None and not self._make_room(remote.size, rank):
                 if rank is not None:
                     return None
                 raise ValueError(
@@ -277,36 +234,13 @@ class ShardCache:
                     "largest shard times the shards resident per process, times the processes "
                     "sharing the cache)."
                 )
-            temporary.touch()
-        return temporary
-
-    def _make_room(self, size: int, rank: int | None) -> bool:
-        assert self.max_bytes is not None
-        entries = self._entries()
-        total = sum(counted for _, counted, _ in entries) + size
-        if total <= self.max_bytes:
-            return True
-        far = len(self._priority) + 1
-        victims = sorted(
-            (e for e in entries if not _TMP.match(e[0].name)),
-            key=lambda e: (-self._priority.get(e[0].name, far), e[2]),
-        )
-        for path, counted, _ in victims:
-            if total <= self.max_bytes:
-                break
-            if rank is not None and self._priority.get(path.name, far) <= rank:
-                break  # needed no later than the prefetch that asks for room
-            descriptor = self._file_lock(path)
             try:
-                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                continue  # being downloaded or read
-            else:
-                path.unlink(missing_ok=True)
-                total -= counted
+                temporary.write_bytes(self._get(remote))
+                os.replace(temporary, target)
+                self.downloads += 1
             finally:
-                os.close(descriptor)
-        return total <= self.max_bytes
+                temporary.unlink(missing_ok=True)
+        return target
 
     @contextlib.contextmanager
     def local(self, remote: RemoteObject) -> Iterator[Path]:
@@ -321,15 +255,11 @@ class ShardCache:
             target = self.fetch(remote)
             if target is None:  # pragma: no cover - fetch() without rank raises instead
                 continue
-            descriptor = self._file_lock(target)
-            try:
-                fcntl.flock(descriptor, fcntl.LOCK_SH)
+            with self._disk.locked(target, fcntl.LOCK_SH):
                 if target.exists():  # not evicted (or the directory deleted) meanwhile
                     os.utime(target)
                     yield target
                     return
-            finally:
-                os.close(descriptor)
         raise RuntimeError(f"{redact(remote.url)!r} kept vanishing from {str(self.directory)!r}.")
 
     # -- the order ahead -----------------------------------------------------------------

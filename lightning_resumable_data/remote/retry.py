@@ -33,7 +33,6 @@ __all__ = ["RemoteReadError", "RetryPolicy", "is_transient", "with_retries"]
 
 T = TypeVar("T")
 
-_PERMANENT_STATUS = frozenset({400, 401, 403, 404, 405, 410, 412, 416})
 _TRANSIENT_NAMES = ("connect", "timeout", "throttl", "slowdown", "unavailable", "reset")
 
 
@@ -93,7 +92,7 @@ def is_transient(error: BaseException) -> bool:
         return False
     status = _status(error)
     if status is not None:
-        return status == 429 or status >= 500 or (status not in _PERMANENT_STATUS and status < 400)
+        return status == 429 or status >= 500
     if isinstance(error, (ConnectionError, TimeoutError)):
         return True
     chain = [error, error.__cause__, error.__context__]

@@ -23,9 +23,9 @@ Example:
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import io
 import os
+import tempfile
 from pathlib import Path
 from typing import IO, Any
 
@@ -176,14 +176,11 @@ def open_remote_token_shards(
                                    remote=listed[n])
             for n in names
         ]  # fmt: skip
-    # Validate the index with the local code: write it where that code reads it.
-    digest = hashlib.sha1(redact(url).encode() + index_bytes).hexdigest()[:16]
-    folder = cache.directory / ".indexes" / digest
-    folder.mkdir(parents=True, exist_ok=True)
-    temporary = folder / f".{INDEX_FILE}.{os.getpid()}.tmp"
-    temporary.write_bytes(index_bytes)
-    os.replace(temporary, folder / INDEX_FILE)
-    index = read_token_index(folder)
+    # Validate the index with the local code, from a private copy (outside the cache:
+    # the cache's byte bound counts shards only).
+    with tempfile.TemporaryDirectory(prefix="lrd-index-") as folder:
+        (Path(folder) / INDEX_FILE).write_bytes(index_bytes)
+        index = read_token_index(folder)
     given = {"seq_len": seq_len, "dtype": None if dtype is None else np.dtype(dtype).name}
     for name, value in (("seq_len", index.seq_len), ("dtype", index.dtype)):
         if given[name] is not None and given[name] != value:
