@@ -1,7 +1,9 @@
 """Draw the benchmark plots of ``docs/benchmarks.md`` into ``docs/img/``.
 
 ``peers.png`` is drawn from ``benchmarks/results/peers.json`` (written by
-``benchmarks/bench_peers.py``). The other plots' numbers are still copied from the output of
+``benchmarks/bench_peers.py``); ``online_mixing.png`` from
+``runs/online_mixing/online_mixing.json`` (written by ``examples/online_mixing.py``, run
+without ``--smoke``). The other plots' numbers are still copied from the output of
 the benchmark scripts (the commands are next to each table below and on the benchmarks
 page); rerun them, paste the new numbers here and run::
 
@@ -22,6 +24,7 @@ import matplotlib.pyplot as plt  # after choosing the backend
 
 IMG = Path(__file__).resolve().parent / "img"
 PEERS = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "peers.json"
+ONLINE = Path(__file__).resolve().parent.parent / "runs" / "online_mixing" / "online_mixing.json"
 COLOURS = {"torch": "#9e9e9e", "torchdata": "#f4a261", "randperm": "#5e35b1", "feistel": "#26a69a"}
 
 # benchmarks/bench_sampler.py --quick: one epoch of rank 0 of 8 (M indices/s, peak MiB).
@@ -157,11 +160,52 @@ def peers_plot() -> None:
     plt.close(fig)
 
 
+def online_mixing_plot() -> None:
+    """Weights a loss-driven policy set, against the shares of each source read (JSON)."""
+    result = json.loads(ONLINE.read_text())
+    steps, names = result["steps"], result["sources"]
+    window = 10  # steps per realised share
+    fig, ax = plt.subplots(figsize=(7, 3.4))
+    for k, name in enumerate(names):
+        colour = f"C{k}"
+        xs = [line["step"] for line in steps]
+        ax.step(
+            xs,
+            [line["weights"][name] for line in steps],
+            where="post",
+            color=colour,
+            label=f"{name}: weight",
+        )
+        read = [line["read"].get(name, 0) for line in steps]
+        total = [sum(line["read"].values()) for line in steps]
+        starts = range(0, len(steps) - window + 1, window)
+        shares = [sum(read[i : i + window]) / sum(total[i : i + window]) for i in starts]
+        ax.plot(
+            [xs[i] + window / 2 for i in starts],
+            shares,
+            "o",
+            color=colour,
+            ms=3.5,
+            alpha=0.8,
+            label=f"{name}: share read ({window} steps)",
+        )
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("probability / share")
+    ax.set_ylim(0, 1)
+    ax.set_title("Online mixing: softmax of the per-source loss, every 10 steps")
+    ax.legend(fontsize=7, ncol=3, loc="upper center")
+    fig.tight_layout()
+    fig.savefig(IMG / "online_mixing.png", dpi=100)
+    plt.close(fig)
+
+
 def main() -> None:
     """Draw every plot."""
     IMG.mkdir(exist_ok=True)
     if PEERS.exists():
         peers_plot()
+    if ONLINE.exists():
+        online_mixing_plot()
     sampler_plot()
     resume_plot()
     shards_plot()

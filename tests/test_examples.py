@@ -118,6 +118,16 @@ def test_mixture_pretraining_follows_its_phases_across_a_resume(
     assert "Verdict: IDENTICAL" in out
 
 
+def test_online_mixing_follows_the_loss_and_resumes(results: dict[str, Future[Result]]) -> None:
+    (out,) = output(results, "online_mixing")
+    assert "weight changes, every 5 steps once every loss is known" in out
+    assert "steps 0..4: web" in out  # realised shares next to the weights in force
+    assert "runs/online_mixing/online_mixing.json" in out
+    assert "the batches equal the uninterrupted run's" in out
+    assert "later weight changes equal its" in out
+    assert "Verdict: IDENTICAL" in out
+
+
 def test_fabric_loop_resumes_to_identical_weights(results: dict[str, Future[Result]]) -> None:
     (out,) = output(results, "fabric_loop")
     assert "resumed at step 30, epoch 1" in out

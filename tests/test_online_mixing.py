@@ -24,7 +24,12 @@ from faults.runner import ForkServer
 from matrix.harness import Runs, ledger
 from matrix.online import PER_EPOCH, SOURCES
 
-from lightning_resumable_data import MixtureDataset, MixtureSampler, ResumableDataCallback
+from lightning_resumable_data import (
+    MixtureDataset,
+    MixtureSampler,
+    ResumableDataCallback,
+    ResumableDataModule,
+)
 from lightning_resumable_data.lightning.mixing import OnlineMixer
 
 SCRIPT = Path(__file__).with_name("matrix") / "online.py"
@@ -180,6 +185,21 @@ def test_bad_weights_are_refused_and_nothing_changes(
     with pytest.raises(error, match=match):
         sampler.update_weights(weights)
     assert sampler.schedule == before
+
+
+def test_return_source_batches_name_each_sample() -> None:
+    datamodule = ResumableDataModule(
+        {"a": range(10), "b": range(10, 15)},  # type: ignore[dict-item]
+        batch_size=4,
+        return_source=True,
+    )
+    datamodule.setup("fit")
+    samples, sources = next(iter(datamodule.train_dataloader()))
+    assert [("a" if i < 10 else "b") for i in samples.tolist()] == list(sources)
+    single = ResumableDataModule(range(10), return_source=True)
+    single.setup("fit")
+    with pytest.raises(ValueError, match="return_source=True needs named sources"):
+        single.train_dataloader()
 
 
 def test_set_weights_before_fit_and_bad_policies() -> None:

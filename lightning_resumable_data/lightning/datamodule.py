@@ -73,6 +73,9 @@ class ResumableDataModule(pl.LightningDataModule):
         prefetch_factor: Batches each worker loads ahead.
         sample_keys: Give datasets :class:`~lightning_resumable_data.SampleKey` indices.
         collate_fn: Batch collation.
+        return_source: Training samples of a mixture come as ``(sample, source_name)``
+            (collated: ``[batch, names]``), for per-source metrics (see
+            :func:`~lightning_resumable_data.lightning.mixing.log_source_values`).
         allow_config_change: Resume even if the seed or datasets changed (the position is
             kept; the order after it follows the new configuration).
 
@@ -111,6 +114,7 @@ class ResumableDataModule(pl.LightningDataModule):
         sample_keys: bool = False,
         collate_fn: Callable[[list[Any]], Any] | None = None,
         allow_config_change: bool = False,
+        return_source: bool = False,
     ) -> None:
         super().__init__()
         for argument, value in (
@@ -145,6 +149,9 @@ class ResumableDataModule(pl.LightningDataModule):
         self.sample_keys = sample_keys
         self.collate_fn = collate_fn
         self.allow_config_change = allow_config_change
+        if not isinstance(return_source, bool):
+            raise TypeError(f"return_source={return_source!r} must be True or False.")
+        self.return_source = return_source
         self.phases: tuple[MixturePhase, ...] = ()  # set by ResumableDataCallback.setup
         self.train_loader: StatefulDataLoader | None = None
         self._loader_state: dict[str, Any] | None = None  # restored, applied at build
@@ -188,7 +195,7 @@ class ResumableDataModule(pl.LightningDataModule):
         sampler: DistributedSampler
         dataset: Any = self.train_dataset
         if isinstance(dataset, Mapping):
-            dataset = MixtureDataset(dataset)
+            dataset = MixtureDataset(dataset, return_source=self.return_source)
             weights = self.weights or dict(
                 zip(dataset.names, map(float, dataset.sizes), strict=True)
             )
@@ -209,6 +216,11 @@ class ResumableDataModule(pl.LightningDataModule):
                 raise ValueError(
                     "mixture phases need named sources: pass train_dataset as a mapping "
                     "{'web': ..., 'code': ...}."
+                )
+            if self.return_source:
+                raise ValueError(
+                    "return_source=True needs named sources: pass train_dataset as a mapping "
+                    "{'web': ..., 'code': ...}, or leave return_source out."
                 )
             sampler = DistributedSampler(
                 dataset,
