@@ -259,6 +259,39 @@ def test_inspect_mixture_elastic_keeps_the_phase_step(
     assert resume["ok"] is True
 
 
+def test_inspect_shows_online_changes_as_such(
+    capsys: pytest.CaptureFixture[str], mixture: Path, tmp_path: Path
+) -> None:
+    """Online changes (decided during training) are labelled so, and are not counted as phases.
+
+    The step-6 checkpoint (24 samples consumed, phase 1 since sample 16), as a run with online
+    mixing saves it: a change from sample 24 and one decided but ahead, from sample 40 (each
+    cut segment keeps its planned end, 100).
+    """
+    checkpoint = load(mixture / "step=6.ckpt")
+    sampler = checkpoint["ResumableDataModule"]["train_loader"]["sampler"]
+    schedule = sampler["schedule"]
+    schedule[-1]["plan_end"] = 100
+    online = {"epoch": 0, "temperature": 1.0, "kind": "online"}
+    schedule.append(online | {"position": 24, "weights": [0.5, 0.25, 0.25], "plan_end": 100})
+    schedule.append(online | {"position": 40, "weights": [0.0, 0.5, 0.5], "plan_end": None})
+    path = tmp_path / "online.ckpt"
+    torch.save(checkpoint, path)
+    code, out, err = lrd(capsys, "inspect", path)
+    assert code == 0, err
+    assert "mixture      online change in force since sample 24 of epoch 0" in out
+    assert "next         online change from sample 40 of epoch 0: web 0.0%" in out
+    report = inspect_json(capsys, path)["mixture"]
+    assert (report["phases"], report["online_changes"]) == (2, 2)
+    assert report["phase"]["kind"] == "online"
+    assert report["phase"]["start_step"] is None
+    assert sum(report["epoch_totals"].values()) == 100  # the sampler loaded the schedule
+    del schedule[-1]  # the last change in force: nothing after it
+    torch.save(checkpoint, path)
+    code, out, err = lrd(capsys, "inspect", path)
+    assert "no further change (2 phases, 1 online change in the schedule)" in out
+
+
 def test_inspect_finds_loader_state_without_datamodule(
     capsys: pytest.CaptureFixture[str], mixture: Path, tmp_path: Path
 ) -> None:

@@ -80,7 +80,12 @@ def _format_mixture(mixture: Mapping[str, Any], epoch: int) -> list[str]:
             f"{following['epoch']}: {shares}",
         )
     else:
-        lines.append(f"next         no further phase ({mixture['phases']} in the schedule)")
+        online = mixture.get("online_changes", 0)
+        if online:  # decided during training: not phases
+            saved = f"{_plural(mixture['phases'], 'phase')}, {_plural(online, 'online change')}"
+            lines.append(f"next         no further change ({saved} in the schedule)")
+        else:
+            lines.append(f"next         no further phase ({mixture['phases']} in the schedule)")
     return lines
 
 

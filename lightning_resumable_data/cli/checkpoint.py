@@ -70,6 +70,8 @@ def _match_phases(
     matched: list[Mapping[str, Any] | None] = [None] * len(schedule)
     remaining = list(phases)
     for i, entry in enumerate(schedule[1:], start=1):
+        if entry.get("kind", "declared") != "declared":
+            continue  # decided during training (online) or carried over: no phase behind it
         for j, phase in enumerate(remaining):
             weights = [float(phase["weights"].get(n, math.nan)) for n in names]
             if weights == list(entry["weights"]) and phase["temperature"] == entry["temperature"]:
@@ -97,7 +99,11 @@ def _accumulate(
     return seen.pop() if len(seen) == 1 else 1
 
 
-def _phase_label(index: int, phase: Mapping[str, Any] | None) -> str:
+def _phase_label(index: int, phase: Mapping[str, Any] | None, kind: str = "declared") -> str:
+    if kind == "online":
+        return "online change"
+    if kind == "carry":
+        return "online weights carried into the epoch"
     if index == 0:
         return "initial weights"
     if phase is None:
@@ -123,10 +129,11 @@ def _mixture_report(
     def describe(i: int) -> dict[str, Any]:
         entry = schedule[i]
         probs = mixture_probabilities(entry["weights"], entry["temperature"]).tolist()
-        phase = matched[i]
+        phase, kind = matched[i], str(entry.get("kind", "declared"))
         return {
             "index": i,
-            "label": _phase_label(i, phase),
+            "kind": kind,
+            "label": _phase_label(i, phase, kind),
             "start_step": phase.get("start_step") if phase is not None else None,
             "start_epoch": phase.get("start_epoch") if phase is not None else None,
             "epoch": int(entry["epoch"]),
@@ -153,7 +160,8 @@ def _mixture_report(
         "sources": dict(zip(names, map(int, fingerprint["sizes"]), strict=True)),
         "phase": describe(index),
         "next_phase": describe(index + 1) if index + 1 < len(schedule) else None,
-        "phases": len(schedule),
+        "phases": sum(e.get("kind", "declared") == "declared" for e in schedule),
+        "online_changes": sum(e.get("kind") == "online" for e in schedule),
         "drawn": {n: int(v) for n, v in drawn.items()} if isinstance(drawn, dict) else None,
         "epoch_totals": epoch_totals,
     }
