@@ -87,7 +87,8 @@ def log_source_values(
     """Log the mean of per-sample ``values`` for each source in the batch as ``name/<source>``.
 
     ``sources`` is the per-sample source name that ``MixtureDataset(return_source=True)``
-    puts in each batch. Policies read the result in ``stats.metrics[name]`` (rank 0's
+    puts in each batch (``ResumableDataModule(..., return_source=True)`` gives batches as
+    ``[samples, sources]``). Policies read the result in ``stats.metrics[name]`` (rank 0's
     values; pass ``sync_dist=True`` for the mean over ranks). A source missing from a
     batch keeps its last logged value.
 
@@ -103,7 +104,7 @@ def log_source_values(
     if len(names) != len(values):
         raise ValueError(
             f"log_source_values got {len(values)} values and {len(names)} source names; pass "
-            "one source name per sample (MixtureDataset(return_source=True) gives them)."
+            "one source name per sample (ResumableDataModule(return_source=True) gives them)."
         )
     for source in sorted(set(names)):
         mask = torch.tensor([n == source for n in names], device=values.device)
