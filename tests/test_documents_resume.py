@@ -118,3 +118,17 @@ def test_datamodule_resumes_packed_corpora(
     _fit(data, 9, tmp_path)
     resumed = _fit(data, total, tmp_path, str(tmp_path / "step9.ckpt")).seen
     assert resumed == reference[9:]
+
+
+def test_the_loader_reads_whole_batches_through_getitems(packed: PackedDataset) -> None:
+    calls: list[int] = []
+
+    class Counting(PackedDataset):
+        def __getitems__(self, indices: Any) -> Any:
+            calls.append(len(indices))
+            return super().__getitems__(indices)
+
+    counting = Counting(packed.corpus, SEQ, eos_id=0, seed=7)
+    loader = _loader(counting, 1, 0, 8)
+    batches = list(loader)
+    assert calls == [8] * len(batches)  # one vectorised call per batch, none per sample
