@@ -150,6 +150,10 @@ def open_parquet(
     items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     tables = []
     for item in items:
+        if isinstance(item, str) and "://" in item:  # object storage, cached (remote/)
+            from lightning_resumable_data.remote import local_path
+
+            item = local_path(item)
         names = pq.read_schema(item).names
         if column not in names:
             raise ValueError(

@@ -58,6 +58,10 @@ def _paths(prefix: str | os.PathLike[str]) -> tuple[Path, Path]:
     text = os.fspath(prefix)
     for suffix in (".idx", ".bin"):
         text = text.removesuffix(suffix)
+    if "://" in text:  # object storage: both files downloaded into the cache (remote/)
+        from lightning_resumable_data.remote import local_path
+
+        return local_path(text + ".idx"), local_path(text + ".bin")
     return Path(text + ".idx"), Path(text + ".bin")
 
 

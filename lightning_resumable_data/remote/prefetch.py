@@ -16,10 +16,11 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from lightning_resumable_data.index.sharding import shard_order
@@ -104,7 +105,8 @@ class Prefetcher:
         """Wait for a prefetch download of ``remote`` in flight, if any."""
         future = self._inflight.get(remote.key)
         if future is not None:
-            future.result()
+            with contextlib.suppress(CancelledError):  # closed meanwhile: fetch it ourselves
+                future.result()
 
     def close(self) -> None:
         """Cancel the queued downloads and wait for the running ones."""

@@ -126,9 +126,10 @@ def with_retries(call: Callable[[], T], url: str, policy: RetryPolicy, what: str
                     ) from error
                 raise
             if attempt + 1 == policy.attempts:
+                last = str(error).replace(url, redact(url))  # no user info or signature
                 raise RemoteReadError(
                     f"could not {what} {redact(url)!r} after {policy.attempts} attempts; the "
-                    f"last error was {type(error).__name__}: {error}. Check that the server is "
+                    f"last error was {type(error).__name__}: {last}. Check that the server is "
                     "reachable, or allow more retries (RetryPolicy(attempts=...))."
                 ) from error
             time.sleep(policy.delay(attempt))
