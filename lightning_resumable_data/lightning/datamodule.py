@@ -113,8 +113,8 @@ class ResumableDataModule(pl.LightningDataModule):
         prefetch_factor: int | None = None,
         sample_keys: bool = False,
         collate_fn: Callable[[list[Any]], Any] | None = None,
-        allow_config_change: bool = False,
         return_source: bool = False,
+        allow_config_change: bool = False,
     ) -> None:
         super().__init__()
         for argument, value in (
