@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Sized
 from typing import Any
 
 from torch.utils.data import DataLoader, Sampler
@@ -36,6 +36,11 @@ def check_dataset(argument: str, value: object) -> None:
         for name, source in value.items():
             check_dataset(f"{argument}[{name!r}]", source)
         return
+    if isinstance(value, Sized) and not isinstance(value, (Sampler, DataLoader)) and not value:
+        raise ValueError(
+            f"{argument} is empty (len 0): there is nothing to load. Pass a dataset with "
+            "samples, or leave the argument out."
+        )
     if isinstance(value, (Sampler, DataLoader)):
         kind = "sampler" if isinstance(value, Sampler) else "loader"
         inner = getattr(value, "dataset", None) or getattr(value, "data_source", None)

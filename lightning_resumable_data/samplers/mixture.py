@@ -140,6 +140,11 @@ class MixtureSampler(DistributedSampler):
             dataset, num_replicas, rank, True, seed, drop_last, sample_keys=sample_keys
         )
         self.mixture = dataset
+        if len(dataset) == 0:
+            raise ValueError(
+                f"every source of the mixture is empty (sources {list(dataset.names)}); there "
+                "is nothing to draw. Give at least one source samples."
+            )
         budget = len(dataset) if samples_per_epoch is None else samples_per_epoch
         self.epoch_length = check_non_negative_int("samples_per_epoch", budget)
         if not 0 < self.epoch_length <= MAX_SEGMENT:
