@@ -250,7 +250,7 @@ class ShardCache:
         """
         for _ in range(8):
             planner = self._planner
-            if planner is not None:
+            if planner is not None and planner.pid == os.getpid():  # not a forked parent's
                 planner.wait(remote)
             target = self.fetch(remote)
             if target is None:  # pragma: no cover - fetch() without rank raises instead
