@@ -15,9 +15,10 @@ its extra label token), seed 0, one epoch, one CPU, one thread, a fresh process 
 * **build**: ours is ``open_megatron`` + ``PackedDataset`` + the epoch-0 index
   (``checkpoints(0)``); Megatron's is ``IndexedDataset`` + ``GPTDataset`` (document,
   sample and shuffle indices; it also writes them to its cache folder, as it always does).
-  Time is wall seconds, best of ``--repeat``; memory is the growth of peak RSS over the
-  process after imports (file pages of the ``.idx`` it touches included: both read the
-  lengths); *index* is the bytes the epoch's index keeps.
+  Time is wall seconds, best of ``--repeat``; memory is the peak RSS during the build
+  minus the RSS before it (the peak is reset after the imports through
+  ``/proc/self/clear_refs``; file pages of the ``.idx`` that a side touches count: both
+  read the lengths); *index* is the bytes the epoch's index keeps.
 * **read**: a real 1e5-document corpus (uint16 tokens), 4096 random samples one at a time
   (``dataset[i]``), and the same in batches of 32 (``__getitems__``, what torch's
   ``DataLoader`` calls), latency per sample; throughput in training tokens per second,
@@ -136,17 +137,38 @@ def _ours(prefix: str) -> Any:
     return packed
 
 
+def _status_kib(field: str) -> int:
+    """A ``kB`` field of ``/proc/self/status`` (``VmRSS``, ``VmHWM``)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise KeyError(field)
+
+
+def _reset_peak() -> bool:
+    """Reset this process's peak RSS (Linux >= 4.0), so the build's own peak is measured.
+
+    Without it, the peak of the imports (torch) would hide a build that stays below it.
+    """
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
 def child_build(side: str, prefix: str) -> dict[str, Any]:
     cache = tempfile.mkdtemp()
     if side == "megatron":
         _import_megatron()
     else:
         import lightning_resumable_data.documents  # noqa: F401
-    baseline = peak_kib()
+    reset = _reset_peak()
+    baseline = _status_kib("VmRSS") if reset else peak_kib()
     start = time.perf_counter()
     dataset = _megatron(prefix, cache) if side == "megatron" else _ours(prefix)
     seconds = time.perf_counter() - start
-    peak = peak_mib_since(baseline)
+    peak = (_status_kib("VmHWM") - baseline) / 1024 if reset else peak_mib_since(baseline)
     if side == "megatron":
         arrays = (dataset.document_index, dataset.sample_index, dataset.shuffle_index)
         nbytes = sum(int(a.nbytes) for a in arrays)
