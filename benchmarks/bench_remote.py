@@ -138,7 +138,7 @@ def child_litdata(config: dict[str, Any]) -> dict[str, Any]:
     dataset = StreamingDataset(
         config["url"] + "/litdata", cache_dir=config["cache"], shuffle=True, seed=0,
         max_cache_size=config["limit"] or "100GB",
-        max_pre_download=2 if config["prefetch"] else 1,
+        max_pre_download=4 if config["prefetch"] else 1,
         storage_options={"endpoint_url": config["endpoint"]},
     )  # fmt: skip
     loader = StreamingDataLoader(dataset, batch_size=BATCH, num_workers=0)
@@ -160,7 +160,8 @@ def child_streaming(config: dict[str, Any]) -> dict[str, Any]:
     dataset = StreamingDataset(
         remote=config["url"] + "/mds", local=config["cache"], shuffle=True, shuffle_seed=0,
         shuffle_algo="py1s",  # shards shuffled, samples within a shard: as ours and LitData
-        batch_size=BATCH, cache_limit=limit, predownload=8 * BATCH if config["prefetch"] else 1,
+        batch_size=BATCH, cache_limit=limit,
+        predownload=4 * config["shard_samples"] if config["prefetch"] else BATCH,
     )  # fmt: skip
     loader = DataLoader(dataset, batch_size=BATCH, num_workers=0)
     result = _timed_epoch(loader, config["samples"])
@@ -246,6 +247,19 @@ def run_child(
     return result
 
 
+def best_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The fastest epoch of the runs, the shortest time to first batch, the largest cache."""
+    failed = [run for run in runs if "error" in run]
+    if failed:
+        return failed[0]
+    best = dict(max(runs, key=lambda run: run["samples_per_s"]))
+    best["ttfb_s"] = min(run["ttfb_s"] for run in runs)
+    best["cache_peak_bytes"] = max(run["cache_peak_bytes"] for run in runs)
+    best["complete"] = all(run["complete"] for run in runs)
+    best["runs"] = len(runs)
+    return best
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--child", nargs=2, metavar=("SYSTEM", "CONFIG"))
@@ -253,6 +267,7 @@ def main() -> int:
     parser.add_argument("--shards", type=int, default=32)
     parser.add_argument("--shard-mib", type=float, default=4.0)
     parser.add_argument("--delay-ms", type=float, default=20.0)
+    parser.add_argument("--repeat", type=int, default=3, help="runs per row, best kept")
     parser.add_argument("--limit-mib", type=float, default=0.0, help="default: 5 shards")
     parser.add_argument("--peer-python", default=str(REPO_ROOT / ".venv-bench" / "bin" / "python"))
     args = parser.parse_args()
@@ -292,7 +307,10 @@ def main() -> int:
         fs.mkdir("bench")
         fs.put(str(work / "lrd") + "/", "bench/lrd", recursive=True)
         samples = total // (SEQ_LEN * 2)
-        base = {"url": "s3://bench", "endpoint": slow, "samples": samples}
+        base = {
+            "url": "s3://bench", "endpoint": slow, "samples": samples,
+            "shard_samples": shard_bytes // (SEQ_LEN * 2),
+        }  # fmt: skip
         if peers:
             prep = {
                 "tokens": str(work / "tokens.npy"), "work": str(work), "bucket": "bench",
@@ -323,7 +341,12 @@ def main() -> int:
                         shutil.rmtree(cache, ignore_errors=True)
                     bound = limit if temperature == "cold" else None
                     config = {**base, "cache": str(cache), "limit": bound, "prefetch": prefetch}
-                    result = run_child(python, system, config, env)
+                    runs = []
+                    for _ in range(args.repeat):
+                        if temperature == "cold":
+                            shutil.rmtree(cache, ignore_errors=True)
+                        runs.append(run_child(python, system, config, env))
+                    result = best_of(runs)
                     row = {"system": system, "prefetch": prefetch, "cache": temperature,
                            "limit_bytes": bound, **result}  # fmt: skip
                     rows.append(row)
@@ -343,7 +366,13 @@ def main() -> int:
             f"{args.shards} shards of {shard_bytes / (1 << 20):.1f} MiB ({samples} samples of "
             f"{SEQ_LEN} uint16 tokens), batch {BATCH}, one local moto S3 server behind a "
             f"proxy adding {args.delay_ms:g} ms per request, cold-cache bound "
-            f"{limit / (1 << 20):.1f} MiB"
+            f"{limit / (1 << 20):.1f} MiB, best of {args.repeat} runs per row"
+        ),
+        "settings": (
+            "prefetch: 4 shards ahead in each system (ours: ShardCache prefetch, 4 workers; "
+            "LitData max_pre_download=4; Streaming predownload=4 shards of samples, "
+            "shuffle_algo='py1s'); no prefetch: ours prefetch_bytes=0 and "
+            "num_shard_prefetches=0, LitData max_pre_download=1, Streaming predownload=batch"
         ),
         "python": python_version(),
         "load_average": load_average(),

@@ -19,7 +19,7 @@ def remote_table(results: dict[str, Any]) -> list[str]:
     """Rows per system, prefetch and cache temperature; the verdict under the table."""
     lines = [
         f"`{results['command']}`: {results['conditions']}; Python {results['python']}, "
-        f"{results['load_average']} at the end of the run.",
+        f"{results['load_average']} at the end of the run. {results.get('settings', '')}.",
         "",
         *table_header(
             "system", "prefetch", "cache", "first batch s", "epoch s", "samples/s", "cache MiB"
@@ -55,4 +55,12 @@ def remote_table(results: dict[str, Any]) -> list[str]:
         + (f"{best:,.0f}" if best else "no peer measured")
         + f"; bound held: {results['ours_cache_bounded']}.",
     ]
+    warm = [r for r in results["rows"] if r["cache"] == "warm" and "error" not in r]
+    ours = max((r["samples_per_s"] for r in warm if r["system"] == "ours"), default=None)
+    peer = max((r["samples_per_s"] for r in warm if r["system"] != "ours"), default=None)
+    if ours and peer:
+        lines.append(
+            f"- Warm cache (every shard local): {ours:,.0f} samples/s against the best peer's "
+            f"{peer:,.0f}: {'at least as fast' if ours >= peer else 'slower'}."
+        )
     return lines
