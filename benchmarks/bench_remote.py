@@ -1,9 +1,19 @@
 """Remote shards side by side: this library, LitData and MosaicML Streaming on one local S3.
 
-Run from the repository root (peers run in their own venv, see docs/remote.md)::
+Run from the repository root::
 
     .venv/bin/python benchmarks/bench_remote.py --quick   # writes benchmarks/results/remote.json
     .venv/bin/python benchmarks/tables.py                 # rewrites the table in docs/remote.md
+
+The peers run in their own venv (they pull ``torchvision``, which breaks Lightning's imports
+in the project's venv); without it only this library's rows are measured::
+
+    python -m venv .venv-bench
+    .venv-bench/bin/pip install -c <(echo torch==2.13.0) torch==2.13.0 litdata \
+        mosaicml-streaming s3fs "moto[server]"
+    .venv-bench/bin/pip uninstall -y torchvision   # a build for another torch: replace it
+    # by a stub package: torchvision/{__init__,datasets/__init__,transforms/functional}.py
+    # defining VisionDataset and to_tensor (Streaming imports them at the top level)
 
 The same tokens (``--shards`` shards of ``--shard-mib`` MiB, samples of 2048 ``uint16``
 tokens) are written in each system's own format and uploaded to one ``moto_server`` on
