@@ -16,8 +16,8 @@ Paths: ``plain`` (``DistributedSampler`` + our ``StatefulDataLoader`` over a mem
 ``.npy``), ``sharded`` (``DistributedShardedDataset`` + its ``ShardedSampler`` + our loader),
 ``torchdata`` (the baseline: the same ``.npy`` + torch's ``DistributedSampler`` + torchdata's
 ``StatefulDataLoader``) and ``litdata`` (``StreamingDataset`` + ``StreamingDataLoader``, if
-installed: ``pip install litdata``, not a dependency of the package). Files are sparse where the content does not matter
-(the resume set), real tokens elsewhere.
+installed: ``pip install litdata``, not a dependency of the package). Files are sparse
+where the content does not matter (the resume set), real tokens elsewhere.
 
 Usage::
 

@@ -204,8 +204,10 @@ def test_empty_dataset_yields_nothing_as_torch_and_unsized_is_refused() -> None:
     for world in (1, 3):
         ours = DistributedSampler([], world, 0)
         theirs = torch.utils.data.DistributedSampler([], world, 0)  # type: ignore[var-annotated]
-        assert list(ours) == list(theirs) == [] and len(ours) == len(theirs) == 0
-        assert list(ours.iter_batches(2)) == [] and ours.state_dict()["consumed"] == 0
+        assert list(ours) == list(theirs) == []
+        assert len(ours) == len(theirs) == 0
+        assert list(ours.iter_batches(2)) == []
+        assert ours.state_dict()["consumed"] == 0
     with pytest.raises(TypeError, match="map-style dataset with __len__"):
         DistributedSampler(iter(range(3)), 1, 0)  # type: ignore[arg-type]
 

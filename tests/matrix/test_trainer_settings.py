@@ -151,6 +151,7 @@ def test_a_second_fit_of_the_same_trainer_continues_the_data(runs: Runs) -> None
         runs.root / "refit",
         ["--max-epochs", "-1", "--max-steps", "22", "--refit-max-steps", "48"],
     )
+
     # Lightning counts the batches of the second fit's first epoch from 0: compare steps.
     def steps(run: Path) -> list[tuple[Any, Any]]:
         return [(x["step"], x["ids"]) for x in ledger(run).ranks[0]]
