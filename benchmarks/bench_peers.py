@@ -238,7 +238,7 @@ def child_lightning(path: str, root: Path, steps: int) -> Json:
         def configure_optimizers(self) -> Any:
             return torch.optim.SGD(self.parameters(), lr=0.01)
 
-    dataset = NpyTokens(root / "all.npy")
+    dataset: Any = NpyTokens(root / "all.npy")
     data: Any
     if path == "resumable":
         data = ResumableDataModule(dataset, batch_size=BATCH, seed=SEED)
@@ -260,7 +260,7 @@ def child_lightning(path: str, root: Path, steps: int) -> Json:
         callbacks=[_StepClock(warmup=20)],
     )
     trainer.fit(Small(), datamodule=data)
-    clock = next(c for c in trainer.callbacks if isinstance(c, _StepClock))  # type: ignore[attr-defined]
+    clock: Any = next(c for c in trainer.callbacks if isinstance(c, _StepClock))  # type: ignore[attr-defined]
     # Steps per CPU second of this process: the comparison is data-path overhead, and CPU
     # time is less disturbed than wall time by other processes on a shared machine.
     return {"steps_per_s": steps / clock.cpu, "seconds": clock.seconds, "cpu_s": clock.cpu}

@@ -203,7 +203,7 @@ def test_bad_construction_is_explained(kwargs: dict[str, Any], error: type, matc
 def test_empty_dataset_yields_nothing_as_torch_and_unsized_is_refused() -> None:
     for world in (1, 3):
         ours = DistributedSampler([], world, 0)
-        theirs = torch.utils.data.DistributedSampler([], world, 0)  # type: ignore[var-annotated]
+        theirs = torch.utils.data.DistributedSampler([], world, 0)  # type: ignore[var-annotated,arg-type]
         assert list(ours) == list(theirs) == []
         assert len(ours) == len(theirs) == 0
         assert list(ours.iter_batches(2)) == []

@@ -329,7 +329,7 @@ def test_epochs_past_the_limit_are_refused() -> None:
 
 def test_rank_work_is_proportional_to_its_positions(monkeypatch: pytest.MonkeyPatch) -> None:
     permuted: list[int] = []
-    original = arrangement_module.feistel_permute
+    original = arrangement_module.feistel_permute  # type: ignore[attr-defined]
 
     def counting(positions: np.ndarray, n: int, keys: np.ndarray) -> np.ndarray:
         permuted.append(len(positions))

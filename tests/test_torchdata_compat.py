@@ -121,8 +121,10 @@ def test_a_torchdata_job_resumes_with_our_loader_and_sampler(num_workers: int, k
     world, epoch = 2, 3
     data = Rows(50)
 
-    def torch_job() -> tuple[TorchdataLoader, torch.utils.data.DistributedSampler[int]]:
-        sampler = torch.utils.data.DistributedSampler(data, world, 1, seed=7)
+    def torch_job() -> tuple[TorchdataLoader[Any], torch.utils.data.DistributedSampler[int]]:
+        sampler: torch.utils.data.DistributedSampler[int] = torch.utils.data.DistributedSampler(
+            data, world, 1, seed=7
+        )
         sampler.set_epoch(epoch)
         return TorchdataLoader(data, 4, sampler=sampler, num_workers=num_workers), sampler
 
