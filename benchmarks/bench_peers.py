@@ -298,7 +298,21 @@ class _StepClock:
 
 
 def _run(kind: str, *args: object) -> Json:
-    return spawn_json(__file__, ["--child", kind, *map(str, args)])
+    # LitData imports torchvision at the top level, which a CPU-only torch's PyPI wheel
+    # cannot load: LRD_BENCH_LITDATA_PATH may name a folder with a stub package, put on
+    # PYTHONPATH for LitData's children only (Lightning's would try the stub).
+    extra = os.environ.get("LRD_BENCH_LITDATA_PATH")
+    if not extra or "litdata" not in map(str, args):
+        return spawn_json(__file__, ["--child", kind, *map(str, args)])
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [extra, before]))
+    try:
+        return spawn_json(__file__, ["--child", kind, *map(str, args)])
+    finally:
+        if before is None:
+            os.environ.pop("PYTHONPATH")
+        else:
+            os.environ["PYTHONPATH"] = before
 
 
 def measure(args: argparse.Namespace, roots: dict[str, Path], paths: Sequence[str]) -> Json:

@@ -587,6 +587,8 @@ class StatefulDataLoader(_TorchdataLoader[T_co]):
                     ResumeWarning,
                     stacklevel=3,
                 )
+            if hasattr(sampler, "lock_epoch"):  # the loader owns the restored epoch: a
+                sampler.lock_epoch(state["epoch"])  # trainer's set_epoch cannot discard it
             progress.resume_at = progress.base_consumed = state["consumed"]
             self.layout_change = None
             if (state["batch_size"], state["num_replicas"]) != (

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from lightning_resumable_data import (
     MixturePhase,
     ResumableDataCallback,
     ResumableDataModule,
+    ResumeWarning,
 )
 
 N = 64
@@ -110,6 +112,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str]) -> None:
+    warnings.simplefilter("error", ResumeWarning)  # a resume that warns is a failed cell
     args = parse(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     train: Any = Samples(N)
