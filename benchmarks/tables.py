@@ -24,6 +24,14 @@ from remote_table import REMOTE, REMOTE_PAGE, remote_table
 PAGE = REPO_ROOT / "docs" / "benchmarks.md"
 MIXTURE = REPO_ROOT / "benchmarks" / "results" / "mixture.json"
 PEERS = REPO_ROOT / "benchmarks" / "results" / "peers.json"
+SAMPLER = REPO_ROOT / "benchmarks" / "results" / "sampler.json"
+SAMPLER_NAMES = {
+    "torch": "torch `DistributedSampler`",
+    "randperm": "ours, `randperm`",
+    "feistel": "ours, `feistel`",
+    "torch.randperm": "kernel: `torch.randperm`",
+    "feistel-kernel": "kernel: `feistel_slice`",
+}
 PATH_NAMES = {
     "plain": "ours: `DistributedSampler` + `StatefulDataLoader`",
     "sharded": "ours: `DistributedShardedDataset` + its sampler",
@@ -115,6 +123,30 @@ def mixture_table(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def sampler_table(results: dict[str, Any]) -> list[str]:
+    """One epoch of rank 0 of 8, and the bare permutation kernels, from ``sampler.json``."""
+    lines = table_header("N", "what", "indices timed", "M indices/s", "peak MiB", "check")
+    for row in results["rows"]:
+        if row.get("error"):
+            continue
+        timed = f"{row['count']:,}" + (" (a slice)" if row.get("budget") else "")
+        check = {True: "yes", False: "FAILED", None: "not checked"}[row.get("valid")]
+        name = SAMPLER_NAMES.get(row["impl"], row["impl"])
+        lines.append(
+            table_row(
+                [
+                    fmt_n(row["n"]),
+                    name,
+                    timed,
+                    f"{row['indices_per_s'] / 1e6:.2f}",
+                    f"{row['peak_mib']:.1f}",
+                    check,
+                ]
+            )
+        )
+    return [*lines, "", *(f"- {verdict}" for verdict in results.get("verdicts", []))]
+
+
 def replace_block(text: str, name: str, lines: Sequence[str]) -> str:
     """Replace the lines between ``<!-- name -->`` and ``<!-- /name -->`` in ``text``."""
     start, end = f"<!-- {name} -->", f"<!-- /{name} -->"
@@ -135,6 +167,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     new = replace_block(text, "mixture-table", mixture_table(results))
     if PEERS.exists():
         new = replace_block(new, "peers-table", peers_table(json.loads(PEERS.read_text())))
+    if SAMPLER.exists():
+        new = replace_block(new, "sampler-table", sampler_table(json.loads(SAMPLER.read_text())))
     remote_text = remote_new = None
     if REMOTE.exists():  # bench_remote.py: its table is on the remote-storage page
         remote_text = REMOTE_PAGE.read_text()

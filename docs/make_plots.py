@@ -1,11 +1,10 @@
 """Draw the benchmark plots of ``docs/benchmarks.md`` into ``docs/img/``.
 
-``peers.png`` is drawn from ``benchmarks/results/peers.json`` (written by
-``benchmarks/bench_peers.py``); ``online_mixing.png`` from
-``runs/online_mixing/online_mixing.json`` (written by ``examples/online_mixing.py``, run
-without ``--smoke``). The other plots' numbers are still copied from the output of
-the benchmark scripts (the commands are next to each table below and on the benchmarks
-page); rerun them, paste the new numbers here and run::
+Every plot is drawn from a JSON file a script wrote, never from numbers typed here:
+``peers.png`` from ``benchmarks/results/peers.json`` (``benchmarks/bench_peers.py``),
+``sampler.png`` from ``benchmarks/results/sampler.json`` (``benchmarks/bench_sampler.py``),
+``online_mixing.png`` from ``runs/online_mixing/online_mixing.json``
+(``examples/online_mixing.py``, run without ``--smoke``). After a run::
 
     .venv/bin/python docs/make_plots.py
 
@@ -27,33 +26,24 @@ PEERS = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "pee
 ONLINE = Path(__file__).resolve().parent.parent / "runs" / "online_mixing" / "online_mixing.json"
 COLOURS = {"torch": "#9e9e9e", "torchdata": "#f4a261", "randperm": "#5e35b1", "feistel": "#26a69a"}
 
-# benchmarks/bench_sampler.py --quick: one epoch of rank 0 of 8 (M indices/s, peak MiB).
-SAMPLER = {
-    "1e6": {"torch": (1.87, 47.5), "randperm": (5.55, 12.1), "feistel": (4.73, 9.5)},
-    "1e7": {"torch": (1.35, 460.5), "randperm": (3.16, 47.0), "feistel": (9.07, 11.9)},
-    "1e10": {"feistel": (9.11, 12.0)},  # the first 2,000,000 indices of 1.25e9
-}
+SAMPLER_JSON = PEERS.parent / "sampler.json"
 
-# benchmarks/bench_loader.py --quick, part (b): load_state_dict + first batch, in ms.
-RESUME = {
-    "1e3": {"torchdata": 29.0, "randperm": 3.1, "feistel": 5.3},
-    "1e5": {"torchdata": 33.1, "randperm": 4.6, "feistel": 6.8},
-}
 
-# benchmarks/bench_shards.py --quick: one epoch over 12 shards with a 30 ms read per shard.
-SHARDS = [  # (path, prefetch, seconds, ideal seconds or None)
-    ("dataset", "shard 0", 0.785, 0.720),
-    ("dataset", "shard 1", 0.515, 0.390),
-    ("loader, thread", "shard 0, micro 0", 0.783, 0.720),
-    ("loader, thread", "shard 0, micro 2", 0.621, None),
-    ("loader, thread", "shard 1, micro 2", 0.450, 0.390),
-    ("loader, process", "shard 0, micro 2", 0.725, None),
-    ("loader, process", "shard 1, micro 2", 0.705, 0.390),
-]
+def _sampler_results() -> dict[str, dict[str, tuple[float, float]]]:
+    """``{N: {kind: (M indices/s, peak MiB)}}`` of the whole samplers, from ``sampler.json``."""
+    out: dict[str, dict[str, tuple[float, float]]] = {}
+    for row in json.loads(SAMPLER_JSON.read_text())["rows"]:
+        if row.get("error") or row["impl"] not in ("torch", "randperm", "feistel"):
+            continue
+        n = row["n"]
+        name = f"1e{len(str(n)) - 1}" if n == 10 ** (len(str(n)) - 1) else f"{n:,}"
+        out.setdefault(name, {})[row["impl"]] = (row["indices_per_s"] / 1e6, row["peak_mib"])
+    return out
 
 
 def sampler_plot() -> None:
     """Speed and peak memory of one epoch of indices, per dataset size."""
+    SAMPLER = _sampler_results()  # noqa: N806 (the table it is drawn from)
     fig, (speed, memory) = plt.subplots(1, 2, figsize=(9, 3.2))
     kinds = ("torch", "randperm", "feistel")
     width = 0.27
@@ -85,47 +75,6 @@ def sampler_plot() -> None:
     speed.legend(fontsize=8, frameon=False)
     fig.tight_layout()
     fig.savefig(IMG / "sampler.png", dpi=100)
-    plt.close(fig)
-
-
-def resume_plot() -> None:
-    """Resume latency by position: replaying torchdata against the O(1) skip."""
-    fig, ax = plt.subplots(figsize=(6, 3.2))
-    kinds = ("torchdata", "randperm", "feistel")
-    labels = {"torchdata": "torchdata (replay)", "randperm": "ours (randperm)"}
-    width = 0.27
-    for k, kind in enumerate(kinds):
-        xs = [i + (k - 1) * width for i in range(len(RESUME))]
-        values = [RESUME[p][kind] for p in RESUME]
-        ax.bar(xs, values, width, color=COLOURS[kind], label=labels.get(kind, "ours (feistel)"))
-    ax.set_xticks(range(len(RESUME)), [f"{p} samples in" for p in RESUME])
-    ax.set_ylabel("ms to first batch")
-    ax.set_title("load_state_dict + first batch (lower is better)", fontsize=10)
-    ax.spines[["top", "right"]].set_visible(False)
-    ax.legend(fontsize=8, frameon=False)
-    fig.tight_layout()
-    fig.savefig(IMG / "resume.png", dpi=100)
-    plt.close(fig)
-
-
-def shards_plot() -> None:
-    """Epoch time with and without shard and micro-batch prefetch, against the ideal."""
-    fig, ax = plt.subplots(figsize=(7, 3.4))
-    names = [f"{path}\n{prefetch}" for path, prefetch, _, _ in SHARDS]
-    seconds = [s for _, _, s, _ in SHARDS]
-    colours = [COLOURS["feistel"] if "shard 1" in p else COLOURS["torch"] for _, p, _, _ in SHARDS]
-    ax.barh(range(len(SHARDS)), seconds, color=colours)
-    for i, (_, _, _, ideal) in enumerate(SHARDS):
-        if ideal is not None:
-            ax.plot([ideal, ideal], [i - 0.4, i + 0.4], color="black", linewidth=1.5)
-    ax.plot([], [], color="black", label="ideal")
-    ax.set_yticks(range(len(SHARDS)), names, fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel("seconds per epoch (lower is better)")
-    ax.spines[["top", "right"]].set_visible(False)
-    ax.legend(fontsize=8, frameon=False, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(IMG / "shards.png", dpi=100)
     plt.close(fig)
 
 
@@ -206,9 +155,8 @@ def main() -> None:
         peers_plot()
     if ONLINE.exists():
         online_mixing_plot()
-    sampler_plot()
-    resume_plot()
-    shards_plot()
+    if SAMPLER_JSON.exists():
+        sampler_plot()
     for path in sorted(IMG.glob("*.png")):
         print(f"{path.relative_to(IMG.parent.parent)}: {path.stat().st_size // 1024} KB")
 
