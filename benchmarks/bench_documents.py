@@ -4,7 +4,7 @@ Run from the repository root::
 
     .venv/bin/python benchmarks/bench_documents.py                # 1e5, 1e6, 1e7 documents
     .venv/bin/python benchmarks/bench_documents.py --quick        # 1e4, 1e5 (CI smoke)
-    .venv/bin/python benchmarks/documents_table.py                # docs/documents.md table
+    .venv/bin/python benchmarks/tables.py                          # docs/documents.md table
 
 Set-up: document lengths drawn once (log-normal, median 256, mean ~420 tokens, clipped
 to [1, 16384]), written as a Megatron ``.idx`` with a sparse ``.bin`` of the right size
@@ -59,7 +59,8 @@ from _harness import (
     repeat_runs,
     spawn_json,
 )
-from documents_table import RESULTS, document_table
+from documents_table import DOCUMENTS as RESULTS
+from documents_table import document_table
 
 SEQ_LEN = 2048
 READS = 4096

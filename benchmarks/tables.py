@@ -1,4 +1,4 @@
-"""Rewrite the generated tables of ``docs/benchmarks.md`` from the benchmarks' JSON results.
+"""Rewrite the generated tables of the docs (benchmarks, documents, remote) from the JSON results.
 
 Run from the repository root after a benchmark run::
 
@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from _harness import REPO_ROOT, fmt_n, table_header, table_row
+from documents_table import DOCUMENTS, DOCUMENTS_PAGE, document_table
 from remote_table import REMOTE, REMOTE_PAGE, remote_table
 
 PAGE = REPO_ROOT / "docs" / "benchmarks.md"
@@ -151,14 +152,14 @@ def replace_block(text: str, name: str, lines: Sequence[str]) -> str:
     """Replace the lines between ``<!-- name -->`` and ``<!-- /name -->`` in ``text``."""
     start, end = f"<!-- {name} -->", f"<!-- /{name} -->"
     if start not in text or end not in text:
-        raise SystemExit(f"{PAGE} has no block {start} ... {end}; add the two marker lines.")
+        raise SystemExit(f"a page has no block {start} ... {end}; add the two marker lines.")
     head, rest = text.split(start, 1)
     _, tail = rest.split(end, 1)
     return f"{head}{start}\n" + "\n".join(lines) + f"\n{end}{tail}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Rewrite (or, with ``--check``, compare) the generated blocks of the page."""
+    """Rewrite (or, with ``--check``, compare) the generated blocks of the pages."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="fail if the page is stale")
     args = parser.parse_args(argv)
@@ -169,17 +170,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         new = replace_block(new, "peers-table", peers_table(json.loads(PEERS.read_text())))
     if SAMPLER.exists():
         new = replace_block(new, "sampler-table", sampler_table(json.loads(SAMPLER.read_text())))
-    remote_text = remote_new = None
-    if REMOTE.exists():  # bench_remote.py: its table is on the remote-storage page
-        remote_text = REMOTE_PAGE.read_text()
-        remote = remote_table(json.loads(REMOTE.read_text()))
-        remote_new = replace_block(remote_text, "remote", remote)
+    pages = [(PAGE, text, new)]
+    for page, name, path, table in (  # tables of benchmarks that report on their own page
+        (REMOTE_PAGE, "remote", REMOTE, remote_table),
+        (DOCUMENTS_PAGE, "documents-table", DOCUMENTS, document_table),
+    ):
+        if path.exists():
+            old = page.read_text()
+            pages.append((page, old, replace_block(old, name, table(json.loads(path.read_text())))))
     if args.check:
-        return 0 if new == text and remote_new == remote_text else 1
-    PAGE.write_text(new)
-    if remote_new is not None:
-        REMOTE_PAGE.write_text(remote_new)
-    print(f"rewrote the generated blocks of {PAGE.relative_to(REPO_ROOT)}")
+        return 0 if all(old == new for _, old, new in pages) else 1
+    for page, _, new in pages:
+        page.write_text(new)
+    names = ", ".join(str(page.relative_to(REPO_ROOT)) for page, _, _ in pages)
+    print(f"rewrote the generated blocks of {names}")
     return 0
 
 
