@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import os
 import signal
 import sys
@@ -47,6 +46,9 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, run as a script
+import ledger_model
+from ledger_model import LedgerModel
+
 from faults.forkserve import serve
 from lightning_resumable_data import (
     MixturePhase,
@@ -86,7 +88,7 @@ class Fault:
         return self.kind in kinds
 
 
-class Samples(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
+class Samples(ledger_model.Samples):
     """Sample ``i`` carries its global id (``start + i``) and a feature vector.
 
     In a loader worker it counts its fetches and may inject a worker fault.
@@ -96,10 +98,8 @@ class Samples(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
     fetched = 0  # samples this worker process has loaded (all sources together)
 
     def __init__(self, n: int, start: int = 0, fault: Fault | None = None) -> None:
-        self.n, self.start, self.fault = n, start, fault or Fault(None)
-
-    def __len__(self) -> int:
-        return self.n
+        super().__init__(n, start)
+        self.fault = fault or Fault(None)
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         fault = self.fault
@@ -114,27 +114,16 @@ class Samples(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
                         os.kill(os.getpid(), signal.SIGKILL)
                     else:
                         raise RuntimeError(f"{INJECTED}: worker_raise at fetch {fault.at}")
-        i = self.start + int(index)
-        return {"id": torch.tensor(i), "x": torch.full((4,), float(i % 7))}
+        return super().__getitem__(index)
 
 
-class Model(pl.LightningModule):
+class Model(LedgerModel):
     def __init__(self, out: Path, fault: Fault) -> None:
-        super().__init__()
-        self.layer = torch.nn.Linear(4, 1)
-        self.out = out
+        super().__init__(out)
         self.fault = fault
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        line = {
-            "step": self.global_step,
-            "epoch": self.current_epoch,
-            "batch": batch_idx,
-            "ids": batch["id"].tolist(),
-        }
-        with (self.out / f"ids_rank{self.global_rank}.jsonl").open("a") as f:
-            f.write(json.dumps(line) + "\n")
-        loss: torch.Tensor = self.layer(batch["x"]).pow(2).mean()
+        loss = super().training_step(batch, batch_idx)  # logged in the ledger
         if self.fault_here():
             kill_group()  # in the middle of the step: logged, never checkpointed
         return loss
@@ -149,10 +138,7 @@ class Model(pl.LightningModule):
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         if self.fault.is_("validation") and self.global_step == self.fault.at and batch_idx == 1:
             kill_group()
-        self.log("val", self.layer(batch["x"]).mean(), sync_dist=True)
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=0.01)
+        super().validation_step(batch, batch_idx)
 
 
 class EpochFaults(pl.Callback):

@@ -24,10 +24,10 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, run as a script
 from faults.forkserve import serve
+from ledger_model import Samples
 
 from lightning_resumable_data import ResumableDataCallback, ResumableDataModule
 from lightning_resumable_data.lightning.mixing import MixingStats, softmax_weights
-from matrix.train import Samples
 
 SOURCES = {"web": (0, 40), "code": (40, 16), "math": (56, 8)}
 PER_EPOCH = 64

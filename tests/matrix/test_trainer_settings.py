@@ -79,8 +79,10 @@ def test_resume_reads_what_the_uninterrupted_run_reads(
 
 
 def _assert_documented_mixture_order(resumed: Ledger, run: Path) -> None:
+    from ledger_model import Samples
+
     from lightning_resumable_data import MixtureDataset, MixtureSampler
-    from matrix.train import SOURCES, N, Samples
+    from matrix.train import SOURCES, N
 
     last = max(run.glob("ckpt/step=*.ckpt"), key=lambda p: int(p.stem.split("=")[1]))
     state = torch.load(last, map_location="cpu", weights_only=False)

@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
-import torch
-import torch.multiprocessing  # imported once by the fork server
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, run as a script
 from faults.forkserve import serve
+from ledger_model import LedgerModel as Model
+from ledger_model import Samples
 
 from lightning_resumable_data import (
     MixturePhase,
@@ -35,45 +35,6 @@ from lightning_resumable_data import (
 
 N = 64
 SOURCES = {"web": (0, 40), "code": (40, 16), "math": (56, 8)}  # name: (first id, size)
-
-
-class Samples(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
-    """Sample ``i`` carries its global id (``start + i``) and a feature vector."""
-
-    def __init__(self, n: int, start: int = 0) -> None:
-        self.n, self.start = n, start
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
-        i = self.start + int(index)
-        return {"id": torch.tensor(i), "x": torch.full((4,), float(i % 7))}
-
-
-class Model(pl.LightningModule):
-    def __init__(self, out: Path) -> None:
-        super().__init__()
-        self.layer = torch.nn.Linear(4, 1)
-        self.out = out
-
-    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        line = {
-            "step": self.global_step,
-            "epoch": self.current_epoch,
-            "batch": batch_idx,
-            "ids": batch["id"].tolist(),
-        }
-        with (self.out / f"ids_rank{self.global_rank}.jsonl").open("a") as f:
-            f.write(json.dumps(line) + "\n")
-        loss: torch.Tensor = self.layer(batch["x"]).pow(2).mean()
-        return loss
-
-    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        self.log("val", self.layer(batch["x"]).mean(), sync_dist=True)
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=0.01)
 
 
 class BarRecorder(pl.Callback):

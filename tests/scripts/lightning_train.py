@@ -9,15 +9,17 @@ group right after the checkpoint of step ``--kill-after`` was written, then resu
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
-import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, run as a script
+from ledger_model import LedgerModel, Samples
 
 from lightning_resumable_data import (
     DistributedSampler,
@@ -30,20 +32,6 @@ N = 96
 SOURCES = {"web": 64, "code": 24, "math": 12}
 
 
-class Samples(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
-    """Sample ``i`` carries its global id (``start + i``) and a feature vector."""
-
-    def __init__(self, n: int, start: int = 0) -> None:
-        self.n, self.start = n, start
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
-        i = self.start + int(index)
-        return {"id": torch.tensor(i), "x": torch.full((4,), float(i % 7))}
-
-
 class NoLenSampler(DistributedSampler):
     """A sampler without ``__len__``: Lightning then fetches one batch ahead."""
 
@@ -51,34 +39,11 @@ class NoLenSampler(DistributedSampler):
         raise TypeError("no length")
 
 
-class Model(pl.LightningModule):
-    def __init__(self, out: Path) -> None:
-        super().__init__()
-        self.layer = torch.nn.Linear(4, 1)
-        self.out = out
-
-    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        line = {
-            "step": self.global_step,
-            "epoch": self.current_epoch,
-            "batch": batch_idx,
-            "ids": batch["id"].tolist(),
-        }
-        with (self.out / f"ids_rank{self.global_rank}.jsonl").open("a") as f:
-            f.write(json.dumps(line) + "\n")
-        loss: torch.Tensor = self.layer(batch["x"]).pow(2).mean()
-        return loss
-
+class Model(LedgerModel):
     def on_train_start(self) -> None:
         sampler = self.trainer.train_dataloader.sampler  # type: ignore[union-attr]
         # Lightning must neither replace nor wrap our sampler (use_distributed_sampler=True).
         assert isinstance(sampler, DistributedSampler), type(sampler)
-
-    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        self.log("val", self.layer(batch["x"]).mean(), sync_dist=True)
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=0.01)
 
 
 class KillAfter(pl.Callback):
