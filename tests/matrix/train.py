@@ -50,6 +50,22 @@ class BarRecorder(pl.Callback):
             f.write(json.dumps(line) + "\n")
 
 
+def checkpoints(out: Path) -> list[pl.Callback]:
+    """``OUT/ckpt/step=<k>.ckpt`` after every optimizer step, ``epoch=<e>-end.ckpt`` at ends."""
+    return [
+        ModelCheckpoint(
+            dirpath=out / "ckpt", filename="{step}", every_n_train_steps=1, save_top_k=-1
+        ),
+        ModelCheckpoint(
+            dirpath=out / "ckpt",
+            filename="{epoch}-end",
+            every_n_epochs=1,
+            save_top_k=-1,
+            save_on_train_epoch_end=True,
+        ),
+    ]
+
+
 def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
@@ -85,18 +101,7 @@ def main(argv: Sequence[str]) -> None:
         phases = [
             MixturePhase(start_step=args.phase_step, weights={"web": 0.2, "code": 0.3, "math": 0.5})
         ]
-    callbacks: list[pl.Callback] = [
-        ModelCheckpoint(
-            dirpath=args.out / "ckpt", filename="{step}", every_n_train_steps=1, save_top_k=-1
-        ),
-        ModelCheckpoint(
-            dirpath=args.out / "ckpt",
-            filename="{epoch}-end",
-            every_n_epochs=1,
-            save_top_k=-1,
-            save_on_train_epoch_end=True,
-        ),
-    ]
+    callbacks: list[pl.Callback] = [*checkpoints(args.out)]
     callbacks.append(ResumableDataCallback(phases=phases, log_every_n_steps=0))
     if args.progress_bar:
         callbacks.append(BarRecorder(args.out))

@@ -26,12 +26,12 @@ import lightning.pytorch as pl
 import numpy as np
 import torch
 import torch.multiprocessing  # imported once by the fork server
-from lightning.pytorch.callbacks import ModelCheckpoint
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, run as a script
 from faults.forkserve import serve
 
 from lightning_resumable_data import ResumableDataCallback, ResumableDataModule, SampleKey
+from matrix.train import checkpoints
 
 N, FEATURES = 64, 8
 
@@ -108,16 +108,7 @@ def main(argv: Sequence[str]) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     pl.seed_everything(1)  # the initial weights; the process's RNG state otherwise
     callbacks: list[pl.Callback] = [
-        ModelCheckpoint(
-            dirpath=args.out / "ckpt", filename="{step}", every_n_train_steps=1, save_top_k=-1
-        ),
-        ModelCheckpoint(
-            dirpath=args.out / "ckpt",
-            filename="{epoch}-end",
-            every_n_epochs=1,
-            save_top_k=-1,
-            save_on_train_epoch_end=True,
-        ),
+        *checkpoints(args.out),
         ResumableDataCallback(log_every_n_steps=0, seed_training=not args.no_seed),
     ]
     datamodule = ResumableDataModule(
