@@ -258,6 +258,12 @@ def _state(**changes: Any) -> dict[str, Any]:
         ({"consumed": "2"}, "key 'consumed' is '2'; expected int"),
         ({"consumed": -4}, "key 'consumed'=-4 must be >= 0"),
         ({"consumed": 12}, "consumed=12 is past the end of an epoch of 10 samples"),
+        ({"num_replicas": 0}, "num_replicas=0; a state is saved by at least one rank"),
+        (
+            {"consumed": 2**63, "num_replicas": 3},
+            r"consumed=9223372036854775808 is past the end .* over num_replicas=3 ranks "
+            r"\(at most 12\)",
+        ),
         ({"dataset_length": 11}, "dataset_length: saved 11, now 10"),
         ({"seed": 2}, "seed: saved 2, now 1"),
         ({"algorithm": "feistel"}, "algorithm: saved 'feistel', now 'randperm'"),
@@ -274,6 +280,24 @@ def test_bad_state_is_refused_and_changes_nothing(changes: dict[str, Any], match
     untouched = DistributedSampler(range(10), 2, 0, seed=1)
     untouched.set_epoch(3)
     assert list(sampler) == list(untouched)
+
+
+@pytest.mark.parametrize(("saved_world", "drop_last"), [(16, False), (2**63 + 3, False), (5, True)])
+def test_finished_epoch_from_a_wider_world_saves_a_state_that_loads(
+    saved_world: int, drop_last: bool
+) -> None:
+    # 16 ranks pad an epoch of 10 samples to 16; resumed on 2 ranks, nothing is left to read,
+    # and the state saved before the next epoch must load again on those 2 ranks.
+    state = DistributedSampler(range(10), 2, 0, seed=1, drop_last=drop_last).state_dict()
+    total = 10 if drop_last else saved_world
+    state.update(consumed=total, num_replicas=saved_world)
+    sampler = DistributedSampler(range(10), 2, 0, seed=1, drop_last=drop_last)
+    sampler.load_state_dict(state)
+    again = sampler.state_dict()
+    assert (again["consumed"], again["num_replicas"]) == (10, 2)
+    fresh = DistributedSampler(range(10), 2, 0, seed=1, drop_last=drop_last)
+    fresh.load_state_dict(again)
+    assert list(sampler) == list(fresh) == []
 
 
 def test_non_dict_state_is_a_type_error() -> None:

@@ -10,7 +10,12 @@ import numpy as np
 import torch.utils.data
 from numpy.typing import NDArray
 
-from lightning_resumable_data.index.partition import rank_span, samples_per_rank, span_positions
+from lightning_resumable_data.index.partition import (
+    epoch_total_size,
+    rank_span,
+    samples_per_rank,
+    span_positions,
+)
 from lightning_resumable_data.index.permutation import (
     PermutationAlgorithm,
     check_algorithm,
@@ -412,15 +417,28 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
                 f"seed={self.seed} exceeds 2**64 - 1 (torch's seed range). The state is "
                 "corrupted."
             )
-        limit = self.epoch_length + state_dict["num_replicas"]
-        if state_dict["consumed"] >= limit:
+        consumed, saved_replicas = state_dict["consumed"], state_dict["num_replicas"]
+        if saved_replicas == 0:
             raise StateMismatchError(
-                f"Cannot load this state into {self.KIND}: consumed={state_dict['consumed']} "
-                f"is past the end of an epoch of {self.epoch_length} samples over "
-                f"num_replicas={state_dict['num_replicas']} ranks (at most {limit - 1}). The "
-                "state is corrupted or belongs to another dataset."
+                f"Cannot load this state into {self.KIND}: num_replicas=0; a state is saved "
+                "by at least one rank. The state is corrupted."
+            )
+        limit = epoch_total_size(self.epoch_length, saved_replicas, self.drop_last)
+        if consumed > limit:
+            raise StateMismatchError(
+                f"Cannot load this state into {self.KIND}: consumed={consumed} is past the "
+                f"end of an epoch of {self.epoch_length} samples over "
+                f"num_replicas={saved_replicas} ranks (at most {limit}). The state is "
+                "corrupted or belongs to another dataset."
+            )
+        # An epoch with no real sample left reads nothing in any layout; past the end of
+        # this layout's epoch (a narrower resume), it is saved again as that end, so the
+        # state it saves loads here too.
+        if consumed >= self.epoch_length:
+            consumed = min(
+                consumed, epoch_total_size(self.epoch_length, self.num_replicas, self.drop_last)
             )
         self.epoch = state_dict["epoch"]
-        self._resume_at = state_dict["consumed"]
+        self._resume_at = consumed
         self._started_at = 0
         self._stream = self._pending = None
