@@ -1,10 +1,17 @@
-"""Every Python snippet of README.md and docs/ runs as written, through Sybil.
+"""The test session's set-up: README/docs snippets run through Sybil; Hypothesis replays.
+
+Every Python snippet of README.md and docs/ runs as written, through Sybil.
 
 A page's snippets share one namespace, top to bottom, so a page can show its set-up once
 (a visible block of stand-in datasets and a model) and the snippets after it use those
 names. Each page runs in a fresh temporary folder: checkpoints and shards the snippets write
 land there. A snippet that cannot run here (it needs a GPU cluster) is preceded by a
 visible ``<!-- skip: next "reason" -->`` comment in the page's source.
+
+Every property test draws its examples from a seed derived from the test itself
+(Hypothesis's ``derandomize``), so two runs of the suite on the same code test the same
+inputs and a CI failure reproduces with the same command. Fresh examples are an explicit
+choice: ``LRD_HYPOTHESIS=explore``, implied by the fault campaign's soak (``make soak``).
 """
 
 from __future__ import annotations
@@ -13,10 +20,18 @@ import os
 import tempfile
 from typing import Any
 
+from hypothesis import settings
 from sybil import Sybil
 from sybil.parsers.markdown import PythonCodeBlockParser, SkipParser
 
 collect_ignore_glob = ["docs/*.py"]  # the docs' build helpers are not tests
+
+settings.register_profile("replay", derandomize=True, database=None)
+settings.register_profile("explore", derandomize=False)
+_SOAK = os.environ.get("LRD_SOAK", "") not in ("", "0")
+settings.load_profile(
+    "explore" if _SOAK or os.environ.get("LRD_HYPOTHESIS") == "explore" else "replay"
+)
 
 
 def _enter(namespace: dict[str, Any]) -> None:
