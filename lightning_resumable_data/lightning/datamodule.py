@@ -18,6 +18,7 @@ from lightning_resumable_data.lightning._checks import (
     check_weights_for,
     describe_sources,
 )
+from lightning_resumable_data.lightning._hooks import show_hook
 from lightning_resumable_data.lightning.steps import limited_batches, step_position
 from lightning_resumable_data.loader import StatefulDataLoader
 from lightning_resumable_data.samplers.distributed import DistributedSampler, check_non_negative_int
@@ -48,7 +49,9 @@ class ResumableDataModule(pl.LightningDataModule):
     does to the data order.
 
     Validation and test loaders are unshuffled and deterministic; with several ranks the
-    last row is padded by wrapping around (``drop_last=False``), as torch does.
+    last row is padded by wrapping around (``drop_last=False``), as torch does. Without a
+    validation (test) dataset, Lightning sees no ``val_dataloader`` (``test_dataloader``),
+    as for a DataModule that never defined it: no "no validation_step" warning.
 
     Datasets can be passed in, or created by a subclass in :meth:`setup` (assign
     ``self.train_dataset`` and friends), which suits ``LightningCLI``: every other argument
@@ -341,6 +344,26 @@ class ResumableDataModule(pl.LightningDataModule):
         if self.num_workers > 0 and self.prefetch_factor is not None:
             options["prefetch_factor"] = self.prefetch_factor
         return options
+
+    @property
+    def val_dataset(self) -> Dataset[Any] | Sequence[Any] | None:
+        """The validation dataset; while ``None``, Lightning sees no ``val_dataloader``."""
+        return self._val_dataset
+
+    @val_dataset.setter
+    def val_dataset(self, dataset: Dataset[Any] | Sequence[Any] | None) -> None:
+        self._val_dataset = dataset
+        show_hook(self, "val_dataloader", dataset is not None, ResumableDataModule)
+
+    @property
+    def test_dataset(self) -> Dataset[Any] | Sequence[Any] | None:
+        """The test dataset; while ``None``, Lightning sees no ``test_dataloader``."""
+        return self._test_dataset
+
+    @test_dataset.setter
+    def test_dataset(self, dataset: Dataset[Any] | Sequence[Any] | None) -> None:
+        self._test_dataset = dataset
+        show_hook(self, "test_dataloader", dataset is not None, ResumableDataModule)
 
     @override
     def val_dataloader(self) -> DataLoader[Any] | list[Any]:
