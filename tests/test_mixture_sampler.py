@@ -21,6 +21,7 @@ from lightning_resumable_data import (
     StateMismatchError,
 )
 from lightning_resumable_data.index.mixture import mixture_probabilities, target_counts
+from lightning_resumable_data.randomness import KeyedBatch
 from lightning_resumable_data.samplers.mixture import RANK_CHUNK, check_phases
 
 SIZES = {"web": 120, "code": 30, "math": 9}
@@ -72,6 +73,59 @@ def test_mixture_dataset_offsets_and_sources() -> None:
         MixtureDataset({})
     with pytest.raises(TypeError, match="without __len__"):
         MixtureDataset({"a": iter([1])})  # type: ignore[dict-item]
+
+
+class BatchedIds(Ids):
+    """A source with its own ``__getitems__``, counting its calls."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__(n)
+        self.batches: list[list[int]] = []
+
+    def __getitems__(self, indices: list[int]) -> list[int]:
+        self.batches.append(list(indices))
+        return [self[i] for i in indices]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(st.integers(0, 6), min_size=1, max_size=4),
+    picks=st.lists(st.integers(0, 10**6), max_size=12),
+    return_source=st.booleans(),
+)
+def test_mixture_getitems_equals_getitem(
+    sizes: list[int], picks: list[int], return_source: bool
+) -> None:
+    sources = [BatchedIds(n) if i % 2 else Ids(n) for i, n in enumerate(sizes)]
+    mix = MixtureDataset(sources, return_source=return_source)
+    indices = [p % len(mix) for p in picks] if len(mix) else []
+    assert mix.__getitems__(indices) == [mix[i] for i in indices]
+    for i, data in enumerate(sources):  # one read per batched source in the batch
+        if isinstance(data, BatchedIds):
+            start = sum(sizes[:i])
+            mine = [j - start for j in indices if start <= j < start + sizes[i]]
+            assert data.batches == ([mine] if mine else [])
+
+
+def test_mixture_getitems_passes_keys_and_refuses_bad_indices() -> None:
+    seen: list[Any] = []
+
+    class Keys(Ids):
+        def __getitem__(self, index: int) -> int:
+            seen.append(index)
+            return int(index)
+
+    mix = MixtureDataset({"a": Ids(3), "b": Keys(4)})
+    keys = KeyedBatch([5, 1], seed=2, epoch=1, start=6, step=2)
+    assert mix.__getitems__(keys) == [2, 1]
+    assert seen == [SampleKey(2, seed=2, epoch=1, position=6)]
+    assert (seen[0].seed, seen[0].epoch, seen[0].position) == (2, 1, 6)
+    with pytest.raises(IndexError, match="index 7 is out of range for a mixture of 7"):
+        mix.__getitems__([0, 7])
+    with pytest.raises(IndexError, match="index -1 is out of range"):
+        mix.__getitems__([-1])
+    loader = StatefulDataLoader(mix, batch_size=7)  # torch's fetcher calls __getitems__
+    assert [b.tolist() for b in loader] == [[0, 1, 2, 0, 1, 2, 3]]
 
 
 def test_realised_proportions_are_the_exact_targets_per_epoch_and_per_phase() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import torch.utils.data
 
-from lightning_resumable_data.randomness import SampleKey
+from lightning_resumable_data.randomness import KeyedBatch, SampleKey
 
 __all__ = ["MixtureDataset"]
 
@@ -25,6 +25,8 @@ class MixtureDataset(torch.utils.data.Dataset[Any]):
         >>> mix = MixtureDataset({"web": ["a", "b"], "code": ["x"]})
         >>> mix[2], mix.source_of(2), mix.locate(1), dict(mix.offsets)
         ('x', 'code', ('web', 1), {'web': 0, 'code': 2})
+        >>> mix.__getitems__([2, 0, 1])  # a batch: one read per source
+        ['x', 'a', 'b']
     """
 
     def __init__(
@@ -80,3 +82,34 @@ class MixtureDataset(torch.utils.data.Dataset[Any]):
             local = SampleKey(local, seed=index.seed, epoch=index.epoch, position=index.position)
         sample = self.sources[self.names.index(name)][local]  # type: ignore[index]
         return (sample, name) if self.return_source else sample
+
+    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
+        """The samples at ``indices``, read with one call per source in the batch.
+
+        A source with its own ``__getitems__`` (sharded or packed data) receives its indices
+        as one list; the others are read one by one. Torch's fetcher calls this for a batch.
+        A :class:`~lightning_resumable_data.randomness.KeyedBatch` or a batch of
+        :class:`SampleKey` is read key by key, so every source receives keys, as through
+        ``__getitem__``.
+
+        Raises:
+            IndexError: An index is out of range.
+        """
+        if isinstance(indices, KeyedBatch) or (len(indices) and isinstance(indices[0], SampleKey)):
+            return [self[key] for key in indices]
+        flat = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if flat.size and not (flat.min() >= 0 and flat.max() < len(self)):
+            bad = int(flat[(flat < 0) | (flat >= len(self))][0])
+            raise IndexError(f"index {bad} is out of range for a mixture of {len(self)}.")
+        owners = np.searchsorted(self._starts, flat, side="right") - 1
+        local = flat - self._starts[owners]
+        samples: list[Any] = [None] * flat.size
+        for source in np.unique(owners).tolist():
+            where = np.flatnonzero(owners == source).tolist()
+            data, name = self.sources[source], self.names[source]
+            wanted = local[where].tolist()
+            batched = getattr(data, "__getitems__", None)
+            read = batched(wanted) if batched is not None else [data[i] for i in wanted]
+            for slot, sample in zip(where, read, strict=True):
+                samples[slot] = (sample, name) if self.return_source else sample
+        return samples
