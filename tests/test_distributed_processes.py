@@ -1,36 +1,17 @@
 """Real multi-process runs (gloo on CPU): properties one process cannot prove."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch.utils.data
+from torchrun import torchrun as run_torchrun
 
 SCRIPTS = Path(__file__).parent / "scripts"
 
 
 def torchrun(script: str, *args: str, nproc: int = 2) -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc-per-node",
-        str(nproc),
-        "--master-port",
-        "0",
-        "--rdzv-backend",
-        "c10d",
-        "--rdzv-endpoint",
-        "localhost:0",
-        str(SCRIPTS / script),
-        *args,
-    ]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run_torchrun(SCRIPTS / script, *args, nproc=nproc)
 
 
 @pytest.mark.distributed

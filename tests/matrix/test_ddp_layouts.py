@@ -1,17 +1,20 @@
 """Real two-process DDP runs resumed on one process, and on two: the layout changes the
-single-process matrix cannot make. A resume on another world size must read the same global
-sample stream as the uninterrupted run (every sample of every epoch once, in the epoch's
-order); on the same world size, the same batches on every rank.
+single-process matrix cannot make; and one run launched by ``torchrun`` instead of Lightning.
+A resume on another world size must read the same global sample stream as the uninterrupted
+run (every sample of every epoch once, in the epoch's order); on the same world size, the
+same batches on every rank.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from faults.runner import ForkServer
+from torchrun import torchrun
 
 from matrix.harness import SCRIPT, SETTINGS, Runs, documented_stream, ledger
 
@@ -53,3 +56,19 @@ def test_two_processes_resumed_on_one_or_two(
             return [[(x["step"], x["batch"], x["ids"]) for x in rank] for rank in ranks]
 
         assert batches((before + after).ranks) == batches(uninterrupted.ranks)
+
+
+def test_torchrun_two_processes_resumed_on_one(tmp_path: Path) -> None:
+    # torchrun starts the processes (Lightning's TorchElastic environment, strategy="ddp");
+    # killed in the middle of epoch 1, the run resumes under torchrun on one process.
+    reference = tmp_path / "reference"
+    torchrun(SCRIPT, "--out", str(reference), "--devices", "2", nproc=2)
+    uninterrupted = ledger(reference)
+    assert uninterrupted.stream() == documented_stream(64)
+    epoch1 = [x for x in uninterrupted.ranks[0] if x["epoch"] == 1]
+    step = int(epoch1[len(epoch1) // 2]["step"]) + 1
+    checkpoint = reference / "ckpt" / f"step={step}.ckpt"
+    resumed = tmp_path / "resumed"
+    torchrun(SCRIPT, "--out", str(resumed), "--ckpt", str(checkpoint), nproc=1)
+    after = ledger(resumed)
+    assert uninterrupted.cut(step).stream() + after.stream() == uninterrupted.stream()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import warnings
 from collections.abc import Sequence
@@ -88,6 +89,13 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def strategy(devices: int) -> str:
+    """DDP as torchrun launched it; else forked processes from this one (or none)."""
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        return "ddp"
+    return "ddp_fork" if devices > 1 else "auto"
+
+
 def main(argv: Sequence[str]) -> None:
     warnings.simplefilter("error", ResumeWarning)  # a resume that warns is a failed cell
     args = parse(argv)
@@ -119,7 +127,7 @@ def main(argv: Sequence[str]) -> None:
     trainer = pl.Trainer(
         accelerator="cpu",
         devices=args.devices,
-        strategy="ddp_fork" if args.devices > 1 else "auto",
+        strategy=strategy(args.devices),
         max_epochs=args.max_epochs,
         max_steps=args.max_steps,
         limit_train_batches=int(limit) if limit > 1 else limit,
