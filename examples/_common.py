@@ -26,7 +26,6 @@ _WARNINGS: Final = (
     r".*does not have many workers.*",  # tiny examples use few workers on purpose
     r".*is smaller than the logging interval.*",
     r".*`tensorboardX` has been removed as a dependency.*",
-    r".*val_dataloader` but have no `validation_step`.*",
 )
 # Info lines Lightning logs at the start of every fit.
 _INFO: Final = re.compile(

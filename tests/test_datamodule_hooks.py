@@ -70,17 +70,23 @@ def test_validation_dataset_is_validated() -> None:
     assert sorted(model.validated) == list(range(6))
 
 
-def test_validation_dataset_set_in_setup_is_validated() -> None:
+def test_validation_dataset_set_in_setup_is_validated_without_warnings() -> None:
     class Late(ResumableDataModule):
         def setup(self, stage: str) -> None:
             self.val_dataset = IndexDataset(5)
 
     dm = Late(IndexDataset(8), batch_size=4)
+    assert is_overridden("val_dataloader", dm)  # setup() may assign it: always shown
     model = ValidatedModel()
-    fit(model, dm)
+    assert not [m for m in fit(model, dm) if "validation_step" in m]
     assert sorted(model.validated) == list(range(5))
-    dm.val_dataset = None  # and hidden again
-    assert not is_overridden("val_dataloader", dm)
+    dm.val_dataset = None
+    assert is_overridden("val_dataloader", dm)
+    plain = ResumableDataModule(IndexDataset(8), batch_size=4)
+    plain.val_dataset = IndexDataset(3)  # assigned before the fit: shown, then hidden again
+    assert is_overridden("val_dataloader", plain)
+    plain.val_dataset = None
+    assert not is_overridden("val_dataloader", plain)
 
 
 def test_a_subclass_hook_is_never_hidden() -> None:

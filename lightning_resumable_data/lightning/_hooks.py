@@ -5,9 +5,9 @@ its class overrides ``val_dataloader``/``test_dataloader`` (``is_overridden``), 
 "You passed in a `val_dataloader` but have no `validation_step`" when it does and the model
 has no validation step. ``ResumableDataModule`` defines both hooks for every instance, so
 without a validation dataset every such fit would warn. :func:`show_hook` shadows the
-hook on the instance with :class:`EmptyHook` while its dataset is ``None``: calling it still
-returns ``[]``, and Lightning's check sees the base class's hook, as for a DataModule that
-never defined it.
+hook on the instance with :class:`EmptyHook` while its dataset is ``None`` (and no subclass
+``setup()`` may still assign it): calling it still returns ``[]``, and Lightning's check
+sees the base class's hook, as for a DataModule that never defined it.
 """
 
 from __future__ import annotations
@@ -47,8 +47,15 @@ class EmptyHook:
 def show_hook(module: pl.LightningDataModule, name: str, shown: bool, owner: type) -> None:
     """Show ``module``'s hook ``name`` to Lightning, or shadow it with :class:`EmptyHook`.
 
-    Only ``owner``'s own hook is ever shadowed: one a subclass overrides is the user's.
+    Only ``owner``'s own hook is ever shadowed (one a subclass overrides is the user's), and
+    never in a subclass with its own ``setup()``: that may assign the dataset after Lightning
+    has looked for the hook (the LightningCLI pattern).
     """
     module.__dict__.pop(name, None)
-    if not shown and getattr(type(module), name) is getattr(owner, name):
+    kind = type(module)
+    if (
+        not shown
+        and getattr(kind, name) is getattr(owner, name)
+        and kind.setup is pl.LightningDataModule.setup
+    ):
         module.__dict__[name] = EmptyHook(name)

@@ -51,7 +51,8 @@ class ResumableDataModule(pl.LightningDataModule):
     Validation and test loaders are unshuffled and deterministic; with several ranks the
     last row is padded by wrapping around (``drop_last=False``), as torch does. Without a
     validation (test) dataset, Lightning sees no ``val_dataloader`` (``test_dataloader``),
-    as for a DataModule that never defined it: no "no validation_step" warning.
+    as for a DataModule that never defined it: no "no validation_step" warning (a subclass
+    with its own ``setup()``, which may assign the dataset later, always shows them).
 
     Datasets can be passed in, or created by a subclass in :meth:`setup` (assign
     ``self.train_dataset`` and friends), which suits ``LightningCLI``: every other argument
