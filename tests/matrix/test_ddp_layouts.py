@@ -29,28 +29,33 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
 
 
 @pytest.mark.parametrize(
-    ("setting", "stop", "devices"),
+    ("setting", "stop", "saved", "devices", "batch"),
     [
-        ("default", "mid-epoch", 1),
-        ("default", "last batch", 1),
-        ("default", "epoch end", 1),
-        ("limit_train_batches=0.5", "mid-epoch", 1),
-        ("limit_train_batches=0.5", "last batch", 1),
-        ("default", "mid-epoch", 2),
+        ("default", "mid-epoch", 2, 1, 4),
+        ("default", "last batch", 2, 1, 4),
+        ("default", "epoch end", 2, 1, 4),
+        ("limit_train_batches=0.5", "mid-epoch", 2, 1, 4),
+        ("limit_train_batches=0.5", "last batch", 2, 1, 4),
+        ("default", "mid-epoch", 2, 2, 4),
+        ("default", "mid-epoch", 1, 2, 4),  # scaled up: one process resumed on two
+        ("limit_train_batches=0.5", "last batch", 1, 2, 4),
+        ("default", "mid-epoch", 2, 1, 8),  # world and batch size change together
+        ("limit_train_batches=0.5", "mid-epoch", 1, 2, 8),
     ],
 )
-def test_two_processes_resumed_on_one_or_two(
-    runs: Runs, setting: str, stop: str, devices: int
+def test_resumed_on_another_number_of_processes(
+    runs: Runs, setting: str, stop: str, saved: int, devices: int, batch: int
 ) -> None:
-    checkpoint, writer = runs.stop_checkpoint(setting, stop, 4, devices=2)
+    checkpoint, writer = runs.stop_checkpoint(setting, stop, 4, devices=saved)
     step = int(torch.load(checkpoint, map_location="cpu", weights_only=False)["global_step"])
-    args = [*SETTINGS[setting], "--devices", str(devices), "--ckpt", str(checkpoint)]
-    name = f"{setting}-{stop}-2to{devices}".replace(" ", "_")
+    args = [*SETTINGS[setting], "--devices", str(devices), "--batch-size", str(batch)]
+    args += ["--ckpt", str(checkpoint)]
+    name = f"{setting}-{stop}-{saved}to{devices}-batch{batch}".replace(" ", "_")
     before, after = ledger(writer).cut(step), ledger(runs.run(runs.root / name, args))
     uninterrupted = ledger(writer)
     assert uninterrupted.stream() == documented_stream(32 if "limit" in setting else 64)
     assert before.stream() + after.stream() == uninterrupted.stream()
-    if devices == 2:
+    if (devices, batch) == (saved, 4):
 
         def batches(ranks: list[list[dict[str, Any]]]) -> list[list[tuple[Any, ...]]]:
             return [[(x["step"], x["batch"], x["ids"]) for x in rank] for rank in ranks]
