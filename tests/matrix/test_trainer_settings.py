@@ -147,6 +147,31 @@ def test_resume_with_workers_reads_what_the_uninterrupted_run_reads(
     assert resumed.batches() == ledger(reference).batches()
 
 
+@pytest.mark.parametrize("when", ["mid-epoch", "epoch end"])
+@pytest.mark.parametrize("layout", ["same", "batch 4->8"])
+def test_resume_from_a_checkpoint_written_at_validation_end(
+    runs: Runs, when: str, layout: str
+) -> None:
+    """``val_check_interval=0.5``: a checkpoint of the validation in the middle of epoch 1,
+    or of the one at its end, resumes where the uninterrupted run went on."""
+    setting = "val_check_interval=0.5"
+    saved_batch, resumed_batch = LAYOUTS[layout]
+    reference = runs.reference(setting, saved_batch)
+    per_epoch = 64 // saved_batch
+    step = per_epoch + (per_epoch // 2 if when == "mid-epoch" else per_epoch)
+    checkpoint = reference / "ckpt" / f"step={step}-val.ckpt"
+    assert checkpoint.exists(), sorted(p.name for p in checkpoint.parent.iterdir())
+    saved = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    assert saved["global_step"] == step
+    args = [*SETTINGS[setting], "--batch-size", str(resumed_batch), "--ckpt", str(checkpoint)]
+    name = f"val-end-{when}-{layout}".replace(" ", "_").replace(">", "")
+    resumed = ledger(reference).cut(step) + ledger(runs.run(runs.root / name, args))
+    uninterrupted = ledger(runs.reference(setting, resumed_batch))
+    if saved_batch == resumed_batch:
+        assert resumed.batches() == uninterrupted.batches()
+    assert resumed.stream() == uninterrupted.stream() == documented_stream(64)
+
+
 def test_a_second_fit_of_the_same_trainer_continues_the_data(runs: Runs) -> None:
     """``max_steps`` ends the first fit mid-epoch; more steps on the same trainer go on."""
     out = runs.run(

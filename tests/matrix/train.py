@@ -3,7 +3,8 @@
 Used by ``tests/matrix/test_trainer_settings.py``. Every rank appends one line per training
 batch, ``{"step", "epoch", "batch", "ids"}``, to ``OUT/ids_rank<r>.jsonl`` (the *ledger*).
 Checkpoints: ``OUT/ckpt/step=<k>.ckpt`` after every optimizer step, and
-``OUT/ckpt/epoch=<e>-end.ckpt`` at every epoch end (``save_on_train_epoch_end``). A run
+``OUT/ckpt/epoch=<e>-end.ckpt`` at every epoch end (``save_on_train_epoch_end``), and with
+``--validate`` ``OUT/ckpt/step=<k>-val.ckpt`` at every validation end. A run
 resumed with ``--ckpt`` writes its own ledger in its own ``--out``. ``--serve`` turns the
 module into a fork server (see ``faults/forkserve.py``).
 """
@@ -110,6 +111,16 @@ def main(argv: Sequence[str]) -> None:
             MixturePhase(start_step=args.phase_step, weights={"web": 0.2, "code": 0.3, "math": 0.5})
         ]
     callbacks: list[pl.Callback] = [*checkpoints(args.out)]
+    if args.validate:  # and one at every validation end, mid-epoch ones included
+        callbacks.append(
+            ModelCheckpoint(
+                dirpath=args.out / "ckpt",
+                filename="{step}-val",
+                monitor="val",
+                save_top_k=-1,
+                save_on_train_epoch_end=False,
+            )
+        )
     callbacks.append(ResumableDataCallback(phases=phases, log_every_n_steps=0))
     if args.progress_bar:
         callbacks.append(BarRecorder(args.out))
