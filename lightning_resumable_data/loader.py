@@ -196,8 +196,10 @@ class StatefulDataLoader(_TorchdataLoader[T_co]):
         self.max_epochs = (
             None if max_epochs is None else check_non_negative_int("max_epochs", max_epochs)
         )
-        sampler_seed = getattr(self.position_sampler, "seed", 0)
-        self.seed = check_non_negative_int("seed", sampler_seed if seed is None else seed)
+        if seed is None:  # the sampler's (torch wraps a negative one modulo 2**64)
+            self.seed = int(getattr(self.position_sampler, "seed", 0)) % 2**64
+        else:
+            self.seed = check_non_negative_int("seed", seed)
         self._user_generator = generator is not None
         self.strict_resume = strict_resume
         self._progress = Progress()

@@ -1,4 +1,5 @@
 import itertools
+import json
 from typing import Any
 
 import pytest
@@ -7,7 +8,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from resume_helpers import assert_resumes
 
-from lightning_resumable_data import DistributedSampler, ResumeWarning, StateMismatchError
+from lightning_resumable_data import (
+    DistributedSampler,
+    ResumeWarning,
+    SampleKey,
+    StateMismatchError,
+)
 from lightning_resumable_data.index import PermutationAlgorithm, samples_per_rank
 
 ALGORITHMS: list[PermutationAlgorithm] = ["randperm", "feistel"]
@@ -191,7 +197,12 @@ def test_feistel_handles_ten_billion_samples_lazily() -> None:
         ({"num_replicas": 0, "rank": 0}, ValueError, "num_replicas=0 must be >= 1"),
         ({"num_replicas": 2, "rank": 2}, ValueError, r"^Invalid rank 2, rank should be in the"),
         ({"num_replicas": 2, "rank": -1}, ValueError, r"^Invalid rank -1, .* interval \[0, 1\]"),
-        ({"num_replicas": 2, "rank": 0, "seed": -3}, ValueError, "seed=-3 must be >= 0"),
+        (
+            {"num_replicas": 2, "rank": 0, "seed": -(2**63) - 1},
+            ValueError,
+            r"\[-2\*\*63, 2\*\*64\)",
+        ),
+        ({"num_replicas": 2, "rank": 0, "seed": 1.5}, TypeError, "seed=1.5 must be an int"),
         ({"num_replicas": 1, "rank": 0, "algorithm": "x"}, ValueError, "expected one of"),
     ],
 )
@@ -312,6 +323,36 @@ def test_iteration_is_lazy() -> None:
     assert sampler.state_dict()["consumed"] == 8  # one sample on each of 8 ranks
 
 
+@pytest.mark.parametrize("seed", [-1, -5, -(2**32), -(2**63)])
+@pytest.mark.parametrize("algorithm", ["randperm", "feistel"])
+def test_negative_seeds_wrap_as_torchs_do(seed: int, algorithm: PermutationAlgorithm) -> None:
+    # torch's generator takes seeds in [-2**63, 2**64) and wraps a negative one modulo 2**64.
+    data: Any = range(50)
+    for epoch, rank in itertools.product(range(3), range(3)):
+        ours = DistributedSampler(data, 3, rank, seed=seed, algorithm=algorithm)
+        ours.set_epoch(epoch)
+        if seed % 2**64 + epoch < 2**64:  # else torch refuses the wrapped seed's epoch
+            wrapped = DistributedSampler(data, 3, rank, seed=seed % 2**64, algorithm=algorithm)
+            wrapped.set_epoch(epoch)
+            assert list(ours) == list(wrapped)
+        if algorithm == "randperm":
+            theirs = torch.utils.data.DistributedSampler[int](data, 3, rank, seed=seed)
+            theirs.set_epoch(epoch)
+            assert list(ours) == list(theirs)
+    keyed = DistributedSampler(data, 1, 0, seed=seed, algorithm=algorithm, sample_keys=True)
+    iterator = iter(keyed)
+    first = next(iterator)
+    assert isinstance(first, SampleKey)
+    assert first.seed == seed % 2**64  # keys are 64-bit words
+    state = json.loads(json.dumps(keyed.state_dict()))
+    assert state["fingerprint"]["seed"] == seed
+    again = DistributedSampler(data, 1, 0, seed=seed, algorithm=algorithm, sample_keys=True)
+    again.load_state_dict(state)
+    rest: list[Any] = list(iterator)
+    resumed: list[Any] = list(again)
+    assert [(int(k), k.position) for k in resumed] == [(int(k), k.position) for k in rest]
+
+
 @pytest.mark.parametrize(("seed", "epoch"), [(2**63 - 1, 1), (2**64 - 2, 1), (2**64 - 1, 0)])
 def test_seeds_torch_accepts_are_accepted_with_torchs_order(seed: int, epoch: int) -> None:
     # torch seeds the epoch with seed + epoch, anything up to 2**64 - 1.
@@ -334,5 +375,5 @@ def test_seed_plus_epoch_past_torchs_range_is_explained() -> None:
     sampler = DistributedSampler(range(5), num_replicas=1, rank=0, seed=2**64 - 1)
     with pytest.raises(ValueError, match=r"seed \+ epoch < 2\*\*64"):
         sampler.set_epoch(1)
-    with pytest.raises(ValueError, match=r"seed=18446744073709551616 must be < 2\*\*64"):
+    with pytest.raises(ValueError, match=r"seed=18446744073709551616 must be in \[-2\*\*63, 2"):
         DistributedSampler(range(5), num_replicas=1, rank=0, seed=2**64)

@@ -102,9 +102,10 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
         num_replicas: Data-parallel world size; ``None`` reads the initialised process group.
         rank: Data-parallel rank; ``None`` reads the initialised process group.
         shuffle: Shuffle the order every epoch.
-        seed: Shuffle seed, in ``[0, 2**64)`` with ``seed + epoch < 2**64`` (as torch); the
-            same on every rank. Like torch's, the ``"randperm"`` order depends only on
-            ``(seed + epoch) % 2**32`` (torch's CPU generator keeps 32 bits of a seed).
+        seed: Shuffle seed, in ``[-2**63, 2**64)`` with ``seed + epoch < 2**64`` (as torch:
+            a negative seed wraps modulo 2**64); the same on every rank. Like torch's, the
+            ``"randperm"`` order depends only on ``(seed + epoch) % 2**32`` (torch's CPU
+            generator keeps 32 bits of a seed).
         drop_last: Drop the ragged tail instead of padding with wrapped-around samples.
         algorithm: ``"randperm"`` (torch's order, O(n) memory) or ``"feistel"`` (random
             access, O(1) memory, for datasets of 10**9+ samples).
@@ -142,10 +143,13 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
         length = dataset_length(dataset, type(self).__name__, empty_ok=True)
         _check_rank_as_torch(num_replicas, rank)
         num_replicas, rank = resolve_world(num_replicas, rank)
-        seed = check_non_negative_int("seed", seed)
-        if seed >= _SEED_LIMIT:
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+            raise TypeError(f"seed={seed!r} must be an int, got {type(seed).__name__}.")
+        seed = int(seed)
+        if not -(2**63) <= seed < _SEED_LIMIT:
             raise ValueError(
-                f"seed={seed} must be < 2**64 (torch's manual_seed range); pass seed % 2**64."
+                f"seed={seed} must be in [-2**63, 2**64) (torch's manual_seed range); pass "
+                "seed % 2**64."
             )
         super().__init__(
             dataset,  # type: ignore[arg-type]  # torch only needs len(dataset)
@@ -164,6 +168,11 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
         self._stream: ChunkStream | BatchCount | None = None
         self._pending: tuple[int, int] | None = None  # (epoch, start) of an unread iterator
         self._epoch_locked = False  # set by lock_epoch: the loader owns the epoch
+
+    @property
+    def _key_seed(self) -> int:
+        """The seed as a 64-bit key word: a negative seed wraps, as torch's generator does."""
+        return self.seed % _SEED_LIMIT
 
     @property
     def fingerprint(self) -> dict[str, Any]:
@@ -296,7 +305,7 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
         drop_last: bool,
         limit: int | None,
     ) -> Iterator[list[int]]:
-        seed, keyed, step = self.seed, self.sample_keys, self.num_replicas
+        seed, keyed, step = self._key_seed, self.sample_keys, self.num_replicas
         for positions, indices in self._arrays(epoch, start, count, batch_size, limit):
             values: list[int] = indices.tolist()
             first = int(positions[0])
@@ -316,7 +325,7 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
         self, epoch: int, start: int, stream: Callable[[], ChunkStream]
     ) -> Iterator[list[Any]]:
         """Yield this rank's indices of ``epoch`` from ``start``, a list per chunk."""
-        seed, keyed = self.seed, self.sample_keys
+        seed, keyed = self._key_seed, self.sample_keys
         for positions, indices in self._arrays(epoch, start, stream, 1, None):
             yield make_sample_keys(indices, positions, seed, epoch) if keyed else indices.tolist()
 
@@ -371,9 +380,9 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
         if not self.shuffle:
             return lambda positions: positions
         if self.algorithm == "randperm":
-            permutation = randperm(self.dataset_length, self.seed + epoch)
+            permutation = randperm(self.dataset_length, (self.seed + epoch) % _SEED_LIMIT)
             return lambda positions: permutation[positions]
-        keys = feistel_keys(self.seed, epoch)
+        keys = feistel_keys(self._key_seed, epoch)
         n = self.dataset_length
         return lambda positions: feistel_permute(positions, n, keys)
 

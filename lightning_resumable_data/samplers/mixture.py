@@ -137,7 +137,13 @@ class MixtureSampler(DistributedSampler):
                 "the sources: MixtureDataset({'web': web, 'code': code})."
             )
         super().__init__(
-            dataset, num_replicas, rank, True, seed, drop_last, sample_keys=sample_keys
+            dataset,
+            num_replicas,
+            rank,
+            True,
+            check_non_negative_int("seed", seed),  # no torch order to match: keys only
+            drop_last,
+            sample_keys=sample_keys,
         )
         self.mixture = dataset
         if len(dataset) == 0:

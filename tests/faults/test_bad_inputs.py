@@ -141,7 +141,9 @@ CONSTRUCTORS: dict[str, Any] = {
     "DS-rank-out": Bad(lambda: DistributedSampler(D, 2, 2), ValueError, ("Invalid rank 2",)),
     "DS-rank-neg": Bad(lambda: DistributedSampler(D, 2, -1), ValueError, ("Invalid rank -1",)),
     "DS-rank-float": Bad(lambda: DistributedSampler(D, 2, wrong(1.0)), TypeError, ("rank=1.0",)),
-    "DS-seed-neg": Bad(lambda: DistributedSampler(D, 1, 0, seed=-1), ValueError, ("seed=-1",)),
+    "DS-seed-neg": Bad(
+        lambda: DistributedSampler(D, 1, 0, seed=-(2**63) - 1), ValueError, ("[-2**63, 2**64)",)
+    ),
     "DS-seed-nan": Bad(
         lambda: DistributedSampler(D, 1, 0, seed=wrong(NAN)), TypeError, ("seed=nan",)
     ),
