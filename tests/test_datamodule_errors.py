@@ -5,9 +5,15 @@ from __future__ import annotations
 from typing import Any, cast
 
 import pytest
-from torch.utils.data import DataLoader
+import torch
+from torch.utils.data import DataLoader, TensorDataset
 
-from lightning_resumable_data import DistributedSampler, ResumableDataModule, StateMismatchError
+from lightning_resumable_data import (
+    DistributedSampler,
+    ResumableDataModule,
+    StatefulDataLoader,
+    StateMismatchError,
+)
 
 
 def test_weights_as_a_list_name_the_sources() -> None:
@@ -84,3 +90,25 @@ def test_subclasses_with_their_own_arguments_still_work() -> None:
             super().__init__(range(size), **kwargs)
 
     assert Custom(size=8, batch_size=2).batch_size == 2
+
+
+def test_a_list_of_datasets_points_to_a_mixture_or_concat() -> None:
+    datasets = [TensorDataset(torch.arange(4)), TensorDataset(torch.arange(3))]
+    with pytest.raises(
+        TypeError,
+        match=r"train_dataset is a list of 2 datasets, .* Pass \{'name': dataset, \.\.\.\} for a "
+        r"mixture, or torch\.utils\.data\.ConcatDataset\(\[\.\.\.\]\)",
+    ):
+        ResumableDataModule(datasets)
+
+
+def test_from_datasets_builds_a_resumable_module() -> None:
+    # Lightning's own from_datasets would attach plain DataLoader hooks (no position).
+    dm = ResumableDataModule.from_datasets(
+        train_dataset=range(8), val_dataset=range(4), batch_size=2, num_workers=0, seed=5
+    )
+    assert isinstance(dm, ResumableDataModule)
+    assert (dm.train_dataset, dm.val_dataset, dm.batch_size, dm.seed) == (range(8), range(4), 2, 5)
+    assert isinstance(dm.train_dataloader(), StatefulDataLoader)
+    with pytest.raises(ValueError, match="ResumableDataModule has no predict loader"):
+        ResumableDataModule.from_datasets(range(8), predict_dataset=range(2))

@@ -13,7 +13,7 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence, Sized
 from typing import Any
 
-from torch.utils.data import DataLoader, Sampler
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 __all__ = ["check_dataset", "check_keywords", "check_weights_for", "describe_sources"]
 
@@ -26,7 +26,8 @@ def check_dataset(argument: str, value: object) -> None:
         value: What was passed: a dataset, a mapping of sources, or ``None``.
 
     Raises:
-        TypeError: ``value`` (or one of its sources) is a ``Sampler`` or a ``DataLoader``.
+        TypeError: ``value`` (or one of its sources) is a ``Sampler`` or a ``DataLoader``,
+            or a list of datasets.
 
     Example:
         >>> check_dataset("train_dataset", range(4))
@@ -36,6 +37,13 @@ def check_dataset(argument: str, value: object) -> None:
         for name, source in value.items():
             check_dataset(f"{argument}[{name!r}]", source)
         return
+    if isinstance(value, (list, tuple)) and value and isinstance(value[0], Dataset):
+        raise TypeError(
+            f"{argument} is a {type(value).__name__} of {len(value)} datasets, but "
+            "ResumableDataModule reads one dataset, or a mapping of named sources that it "
+            "mixes. Pass {'name': dataset, ...} for a mixture, or "
+            "torch.utils.data.ConcatDataset([...]) to read them end to end."
+        )
     if isinstance(value, Sized) and not isinstance(value, (Sampler, DataLoader)) and not value:
         raise ValueError(
             f"{argument} is empty (len 0): there is nothing to load. Pass a dataset with "

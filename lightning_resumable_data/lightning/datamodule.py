@@ -183,6 +183,48 @@ class ResumableDataModule(pl.LightningDataModule):
             return 1, 0
         return int(kwargs["num_replicas"]), int(kwargs["rank"])
 
+    @classmethod
+    @override
+    def from_datasets(
+        cls,
+        train_dataset: Any = None,
+        val_dataset: Any = None,
+        test_dataset: Any = None,
+        predict_dataset: Any = None,
+        batch_size: int = 1,
+        num_workers: int = 0,
+        **datamodule_kwargs: Any,
+    ) -> ResumableDataModule:
+        """Lightning's ``from_datasets``, resumable: the datasets become this module's.
+
+        ``LightningDataModule.from_datasets`` would attach plain ``DataLoader`` hooks (no
+        resumable position). Here it is ``cls(train, val, test, batch_size=...,
+        num_workers=..., **datamodule_kwargs)``; a mapping of training datasets is a mixture
+        of named sources (give ``weights``), not several loaders.
+
+        Raises:
+            ValueError: ``predict_dataset`` is given (this module has no predict loader).
+
+        Example:
+            >>> dm = ResumableDataModule.from_datasets(range(8), batch_size=4)
+            >>> dm.train_dataset, dm.batch_size
+            (range(0, 8), 4)
+        """
+        if predict_dataset is not None:
+            raise ValueError(
+                "ResumableDataModule has no predict loader; pass predict_dataset to a "
+                "LightningDataModule of its own, or return its DataLoader from "
+                "LightningModule.predict_dataloader."
+            )
+        return cls(
+            train_dataset,
+            val_dataset,
+            test_dataset,
+            batch_size=batch_size,
+            num_workers=num_workers,
+            **datamodule_kwargs,
+        )
+
     # -- loaders --------------------------------------------------------------------------
 
     @override
