@@ -43,11 +43,15 @@ loader. A second line per loader mode isolates the shard prefetch (1, 2) vs (0, 
 micro-batch queue alone already hides ``m`` batches of each shard read, so that ratio is
 lower by construction. Every epoch is checked to hold each sample once, and all
 configurations to read the same order.
+
+Results go to ``--json`` (default ``benchmarks/results/shards.json``; not written with
+``--quick``); ``benchmarks/tables.py`` turns them into the table of ``docs/sharded.md``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 import time
@@ -57,7 +61,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _harness import argument_parser, mark, print_block, python_version, table_header
+from _harness import (
+    REPO_ROOT,
+    argument_parser,
+    load_average,
+    mark,
+    print_block,
+    python_version,
+)
+from tables import shards_rows
 
 from lightning_resumable_data import (
     DistributedShardedDataset,
@@ -72,6 +84,12 @@ SEQ_LEN = 1024
 BATCH = 8
 TARGET = 1.8
 TOKEN_RANGE = 60_000
+RESULTS = "benchmarks/results/shards.json"
+PATH_NAMES = {
+    "dataset": "dataset (`StatefulDataLoader`, no workers)",
+    "loader (thread)": "`ShardedDataLoader`, thread",
+    "loader (process)": "`ShardedDataLoader`, process",
+}
 
 
 class SlowTokenReader(TokenShardReader):
@@ -216,6 +234,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--repeat", type=int, default=2, help="best of k (default 2)")
     parser.add_argument("--quick", action="store_true", help="12 shards, 0.03 s, best of 1")
+    parser.add_argument("--json", default=RESULTS, help=f"JSON results path (default {RESULTS})")
     return parser.parse_args(argv)
 
 
@@ -242,14 +261,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         seconds = {c: measure(c, directory, delay, args.repeat, step, samples) for c in CONFIGS}
     ideal_sync = shards * (delay + processing)
     ideal_prefetch = delay + shards * max(delay, processing)
-    lines = table_header("path", "prefetch", "seconds", "samples/s", "ideal seconds")
+    rows = []
     for config, value in seconds.items():
-        ideal = f"{ideal_prefetch:.3f}" if config.shard_prefetch else "—"
+        ideal: float | None = ideal_prefetch if config.shard_prefetch else None
         if config.shard_prefetch == 0 and not config.microbatch_prefetch:
-            ideal = f"{ideal_sync:.3f}"
-        lines.append(
-            f"| {config.path} | {config.label} | {value:.3f} | {samples / value:,.0f} | {ideal} |"
+            ideal = ideal_sync
+        rows.append(
+            {
+                "path": PATH_NAMES[config.path],
+                "prefetch": config.label,
+                "seconds": value,
+                "samples_per_s": samples / value,
+                "ideal_seconds": ideal,
+            }
         )
+    lines = shards_rows(rows)
     verdicts = []
     for label, with_, without, judged in COMPARISONS:
         ratio = seconds[without] / seconds[with_]
@@ -262,6 +288,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         verdicts.append(line)
     print_block(lines)
     print_block(verdicts)
+    if not args.quick:
+        conditions = (
+            f"{shards} shards of {per_shard} samples of {SEQ_LEN} uint16 tokens, batch "
+            f"{BATCH}, a simulated {delay * 1000:.0f} ms read and {processing * 1000:.0f} ms "
+            f"of processing per shard, one epoch, best of {args.repeat}"
+        )
+        payload = {
+            "command": "benchmarks/bench_shards.py",
+            "conditions": conditions,
+            "python": python_version(),
+            "load_average": load_average(),
+            "ideal_seconds": {"synchronous": ideal_sync, "prefetch": ideal_prefetch},
+            "rows": rows,
+            "verdicts": verdicts,
+        }
+        target = REPO_ROOT / args.json
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(payload, indent=1) + "\n")
     return 0
 
 

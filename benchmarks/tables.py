@@ -1,4 +1,4 @@
-"""Rewrite the generated tables of the docs (benchmarks, documents, remote) from the JSON results.
+"""Rewrite the generated tables of the docs (benchmarks, documents, remote, shards) from JSON.
 
 Run from the repository root after a benchmark run::
 
@@ -26,6 +26,8 @@ PAGE = REPO_ROOT / "docs" / "benchmarks.md"
 MIXTURE = REPO_ROOT / "benchmarks" / "results" / "mixture.json"
 PEERS = REPO_ROOT / "benchmarks" / "results" / "peers.json"
 SAMPLER = REPO_ROOT / "benchmarks" / "results" / "sampler.json"
+SHARDS = REPO_ROOT / "benchmarks" / "results" / "shards.json"
+SHARDS_PAGE = REPO_ROOT / "docs" / "sharded.md"
 SAMPLER_NAMES = {
     "torch": "torch `DistributedSampler`",
     "randperm": "ours, `randperm`",
@@ -148,6 +150,28 @@ def sampler_table(results: dict[str, Any]) -> list[str]:
     return [*lines, "", *(f"- {verdict}" for verdict in results.get("verdicts", []))]
 
 
+def shards_rows(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """``bench_shards.py``'s rows: path, prefetch, seconds, samples/s, ideal seconds."""
+    lines = table_header("path", "prefetch", "seconds", "samples/s", "ideal seconds")
+    for row in rows:
+        ideal = "—" if row["ideal_seconds"] is None else f"{row['ideal_seconds']:.3f}"
+        cells = [row["path"], row["prefetch"], f"{row['seconds']:.3f}"]
+        lines.append(table_row([*cells, f"{row['samples_per_s']:,.0f}", ideal]))
+    return lines
+
+
+def shards_table(results: dict[str, Any]) -> list[str]:
+    """The shard-prefetch table of ``docs/sharded.md``, with its conditions and verdicts."""
+    return [
+        f"`{results['command']}`: {results['conditions']}; {results['load_average']} at the "
+        "end of the run.",
+        "",
+        *shards_rows(results["rows"]),
+        "",
+        *(f"- {line}" for line in results["verdicts"]),
+    ]
+
+
 def replace_block(text: str, name: str, lines: Sequence[str]) -> str:
     """Replace the lines between ``<!-- name -->`` and ``<!-- /name -->`` in ``text``."""
     start, end = f"<!-- {name} -->", f"<!-- /{name} -->"
@@ -174,6 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for page, name, path, table in (  # tables of benchmarks that report on their own page
         (REMOTE_PAGE, "remote", REMOTE, remote_table),
         (DOCUMENTS_PAGE, "documents-table", DOCUMENTS, document_table),
+        (SHARDS_PAGE, "shards-table", SHARDS, shards_table),
     ):
         if path.exists():
             old = page.read_text()
