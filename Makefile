@@ -31,6 +31,7 @@ unit: setup
 	$(PY) -m pytest
 
 docs: setup
+	$(PY) benchmarks/tables.py --check
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
 
 test: lint typecheck unit docs

@@ -1,4 +1,4 @@
-"""Rewrite the generated tables of the docs (benchmarks, documents, remote, shards) from JSON.
+"""Rewrite the generated tables of the docs (benchmarks, documents, remote, ...) from JSON.
 
 Run from the repository root after a benchmark run::
 
@@ -27,6 +27,8 @@ MIXTURE = REPO_ROOT / "benchmarks" / "results" / "mixture.json"
 PEERS = REPO_ROOT / "benchmarks" / "results" / "peers.json"
 SAMPLER = REPO_ROOT / "benchmarks" / "results" / "sampler.json"
 SHARDS = REPO_ROOT / "benchmarks" / "results" / "shards.json"
+SEEDING = REPO_ROOT / "benchmarks" / "results" / "seeding.json"
+SEEDING_PAGE = REPO_ROOT / "docs" / "randomness.md"
 SHARDS_PAGE = REPO_ROOT / "docs" / "sharded.md"
 SAMPLER_NAMES = {
     "torch": "torch `DistributedSampler`",
@@ -172,6 +174,41 @@ def shards_table(results: dict[str, Any]) -> list[str]:
     ]
 
 
+def seeding_table(results: dict[str, Any]) -> list[str]:
+    """The cost of ``seed_training_step`` against a small model's step (``bench_seeding.py``)."""
+    r = results["results"]
+    return [
+        f"`{results['command']}`: {results['conditions']}; {results['load_average']} at the "
+        "end of the run.",
+        "",
+        *table_header("measurement (CPU time, one thread)", "per call / step", "seeding / step"),
+        table_row(
+            ["`seed_training_step` (key + torch, NumPy, `random`)", f"{r['seed_us']:.0f} us", ""]
+        ),
+        table_row(
+            [
+                "`torch.manual_seed` (for comparison, not used)",
+                f"{r['torch_manual_seed_us']:.0f} us",
+                "",
+            ]
+        ),
+        table_row(
+            [
+                "MLP 784-256-256-10 with dropout, batch 64, AdamW: plain torch step",
+                f"{r['torch_step_us'] / 1e3:.2f} ms",
+                f"{r['ratio_torch']:.2%}",
+            ]
+        ),
+        table_row(
+            [
+                "the same model, one `Trainer` training batch (seeding off)",
+                f"{r['lightning_step_off_us'] / 1e3:.2f} ms",
+                f"**{r['ratio_lightning']:.2%}**",
+            ]
+        ),
+    ]
+
+
 def replace_block(text: str, name: str, lines: Sequence[str]) -> str:
     """Replace the lines between ``<!-- name -->`` and ``<!-- /name -->`` in ``text``."""
     start, end = f"<!-- {name} -->", f"<!-- /{name} -->"
@@ -199,12 +236,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         (REMOTE_PAGE, "remote", REMOTE, remote_table),
         (DOCUMENTS_PAGE, "documents-table", DOCUMENTS, document_table),
         (SHARDS_PAGE, "shards-table", SHARDS, shards_table),
+        (SEEDING_PAGE, "seeding-table", SEEDING, seeding_table),
     ):
         if path.exists():
             old = page.read_text()
             pages.append((page, old, replace_block(old, name, table(json.loads(path.read_text())))))
     if args.check:
-        return 0 if all(old == new for _, old, new in pages) else 1
+        stale = [str(page.relative_to(REPO_ROOT)) for page, old, new in pages if old != new]
+        if stale:
+            print(f"generated blocks differ from benchmarks/results/*.json in {', '.join(stale)}:")
+            print("run .venv/bin/python benchmarks/tables.py (never edit them by hand)")
+        return 1 if stale else 0
     for page, _, new in pages:
         page.write_text(new)
     names = ", ".join(str(page.relative_to(REPO_ROOT)) for page, _, _ in pages)
