@@ -82,7 +82,9 @@ latency flat in position (here: at the largest position at most 1.5x the smalles
 load average at the start and at the end is printed: when it is well above the number of
 CPUs, trust the CPU-time figures over the wall-clock ones. Missed performance
 targets are reported, not fatal: the exit status is 0 unless a case crashed or a
-correctness check failed.
+correctness check failed. Results go to ``--json`` (default
+``benchmarks/results/loader.json``; not written with ``--quick``). The peers benchmark
+(``bench_peers.py``) is the one whose table the docs show.
 """
 
 from __future__ import annotations
@@ -104,6 +106,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 from _harness import (
     CHILD_TIMEOUT_S,
+    REPO_ROOT,
     Json,
     argument_parser,
     fmt_n,
@@ -125,6 +128,7 @@ if TYPE_CHECKING:
     import torch
     import torch.utils.data
 
+RESULTS = "benchmarks/results/loader.json"
 BATCH_SIZE = 64
 ROW_WIDTH = 8
 SEED = 0
@@ -820,6 +824,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="check built states against really iterated ones up to this position "
         "(default 1e5; slow above 1e6)",
     )
+    parser.add_argument(
+        "--json",
+        default=RESULTS,
+        help=f"JSON results path (default {RESULTS}; not written with --quick)",
+    )
     child = parser.add_argument_group("child mode (one measurement, used internally)")
     child.add_argument(
         "--child", nargs=2, metavar=("KIND", "SPEC"), help="run one case, print JSON"
@@ -871,8 +880,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_block(render_resume(resume, resume_n, args.resume_repeats, verify_max))
     print()
     print(f"# at the end: {load_average()}")
-    print("\n".join(verdicts(throughput, resume)))
+    verdict_lines = verdicts(throughput, resume)
+    print("\n".join(verdict_lines))
     failures = correctness_failures(throughput, resume)
+    if not quick:
+        payload = {
+            "command": "benchmarks/bench_loader.py",
+            "python": python_version(),
+            "torch": package_version("torch"),
+            "torchdata": package_version("torchdata"),
+            "load_average": load_average(),
+            "throughput": [asdict(result) for result in throughput],
+            "resume": [asdict(result) for result in resume],
+            "verdicts": verdict_lines,
+            "failures": failures,
+        }
+        target = REPO_ROOT / args.json
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(payload, indent=1, allow_nan=True, default=str) + "\n")
     if failures:
         print("\nFAILED: a case crashed or a correctness check failed:")
         print("\n".join(f"  {line}" for line in failures))
