@@ -14,6 +14,7 @@ from test_sharded_dataset import SIZES, recording_readers, write_docs
 from lightning_resumable_data import (
     STATE_VERSION,
     DistributedShardedDataset,
+    SampleKey,
     ShardedDataLoader,
     StateMismatchError,
     open_token_shards,
@@ -320,3 +321,24 @@ def test_default_factory_reads_in_a_worker_process_when_asked() -> None:
         ],
         [[0, 1], [2, 3]],
     )
+
+
+def test_batches_travel_as_keyed_batches_with_no_key_object_per_sample(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The sampler hands each batch over as one KeyedBatch; the sharded dataset reads its
+    # epoch and indices directly, so no SampleKey is built (one per sample cost ~45 us each
+    # in a fresh process: Python objects that also made the first epochs collect garbage).
+    built: list[int] = []
+    original = SampleKey.__new__
+
+    def counting(cls: type[SampleKey], *args: Any, **kwargs: Any) -> SampleKey:
+        built.append(1)
+        return original(cls, *args, **kwargs)
+
+    reference = ids(make(batch=4))
+    monkeypatch.setattr(SampleKey, "__new__", counting)
+    assert ids(make(batch=4)) == reference
+    assert built == []
+    batch_sampler = make(batch=4).loader.batch_sampler  # type: ignore[attr-defined]
+    assert type(batch_sampler).__name__ == "PositionBatchSampler"

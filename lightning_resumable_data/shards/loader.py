@@ -10,6 +10,7 @@ from typing import Any, Final
 import torch
 import torch.utils.data
 
+from lightning_resumable_data._batching import PositionBatchSampler
 from lightning_resumable_data.index.partition import samples_per_rank
 from lightning_resumable_data.samplers.distributed import check_non_negative_int
 from lightning_resumable_data.shards._prefetch import Prefetcher, to_device
@@ -46,12 +47,19 @@ class DefaultDataLoaderFactory:
     def __call__(
         self, dataset: torch.utils.data.Dataset[Any], sampler: ShardedSampler | None
     ) -> torch.utils.data.DataLoader[Any]:
-        """A DataLoader over ``dataset`` in ``sampler``'s order."""
+        """A DataLoader over ``dataset`` in ``sampler``'s order.
+
+        The sampler hands out whole batches (one ``KeyedBatch`` each, no Python object per
+        index); without a sampler, the dataset is read in order.
+        """
+        batching: dict[str, Any] = {"batch_size": self.batch_size, "drop_last": self.drop_last}
+        if sampler is not None:
+            batching = {
+                "batch_sampler": PositionBatchSampler(sampler, self.batch_size, self.drop_last)
+            }
         return torch.utils.data.DataLoader(
             dataset,
-            batch_size=self.batch_size,
-            sampler=sampler,
-            drop_last=self.drop_last,
+            **batching,
             collate_fn=self.collate_fn,
             num_workers=1 if self.multiprocessing else 0,
             persistent_workers=self.multiprocessing,
@@ -166,8 +174,11 @@ class ShardedDataLoader(Iterable[Any]):
             pin_memory=self.device is not None and self.device.type == "cuda",
         )
         self.loader = factory(self.dataset, self.sampler)
-        # Whether a short last batch is dropped: the DataLoader's say, else the sampler's.
-        self._drop_short_batch = bool(getattr(self.loader, "drop_last", self.sampler.drop_last))
+        # Whether a short last batch is dropped: the DataLoader's batch sampler's say (or the
+        # DataLoader's), else the sampler's.
+        batches = getattr(self.loader, "batch_sampler", None)
+        drop = getattr(self.loader, "drop_last", self.sampler.drop_last)
+        self._drop_short_batch = bool(getattr(batches, "drop_last", drop))
         self._check_loader()
         self._epoch = 0
         self._start = 0  # global samples of the epoch consumed before the live iterator
