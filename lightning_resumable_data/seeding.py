@@ -9,10 +9,11 @@ run's. Reseeding all four at the start of every training batch from a key of (se
 step, data-parallel rank, micro-batch index) makes every draw a pure function of the run and
 its position: nothing to save, the same after a resume, and deterministic on another layout.
 
-The key is derived fixed-width (:mod:`~lightning_resumable_data.index.keys`), so distinct
-tuples never share a stream; each generator gets its own words of it (torch 64 bits, NumPy
-and ``random`` 128 bits). Validation batches use a separate stream, so the training
-streams never depend on whether, or when, validation ran.
+The key is derived fixed-width (:mod:`~lightning_resumable_data.index.keys`, hashed with
+BLAKE2b: a few microseconds a step), so distinct tuples never share a stream; each generator
+gets its own words of it (torch 64 bits, NumPy and ``random`` 128 bits). Validation batches
+use a separate stream, so the training streams never depend on whether, or when, validation
+ran.
 
 Example:
     >>> import torch
@@ -35,7 +36,7 @@ from typing import Final
 import numpy as np
 import torch
 
-from lightning_resumable_data.index.keys import KEY_LIMIT, key_sequence
+from lightning_resumable_data.index.keys import KEY_LIMIT, key_digest, key_sequence
 
 __all__ = [
     "StepSeeds",
@@ -87,10 +88,11 @@ def step_seeds(
         True
     """
     if validation_batch is None:
-        sequence = key_sequence(_TRAIN_STREAM, seed, step, rank, micro_batch)
+        words = key_digest(_TRAIN_STREAM, seed, step, rank, micro_batch, words=10)
     else:
-        sequence = key_sequence(_EVAL_STREAM, seed, step, rank, micro_batch, validation_batch)
-    words = [int(w) for w in sequence.generate_state(10, np.uint32)]  # torch, numpy, random
+        words = key_digest(
+            _EVAL_STREAM, seed, step, rank, micro_batch, validation_batch, words=10
+        )  # torch, numpy, random
     return StepSeeds(
         torch=words[0] | words[1] << 32,
         numpy=(words[2], words[3], words[4], words[5]),

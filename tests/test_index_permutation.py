@@ -12,6 +12,7 @@ from lightning_resumable_data.index import (
     feistel_slice,
     randperm,
 )
+from lightning_resumable_data.index.keys import key_bytes, key_digest, key_words
 from lightning_resumable_data.index.permutation import _network_permute
 
 
@@ -159,3 +160,26 @@ def test_randperm_aliases_seeds_modulo_two_to_the_32_like_torch() -> None:
     generator = torch.Generator().manual_seed(7 + 2**40)
     assert torch.randperm(50, generator=generator).tolist() == randperm(50, 7).tolist()
     np.testing.assert_array_equal(randperm(50, 7 + 2**32), randperm(50, 7))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    stream=st.integers(0, 2**32 - 1),
+    values=st.lists(st.integers(0, 2**64 - 1), max_size=6),
+)
+def test_key_bytes_are_the_key_words_and_the_digest_is_keyed_on_them(
+    stream: int, values: list[int]
+) -> None:
+    assert key_bytes(stream, *values) == key_words(stream, *values).tobytes()
+    digest = key_digest(stream, *values, words=4)
+    assert len(digest) == 4
+    assert all(0 <= word < 2**32 for word in digest)
+    assert digest == key_digest(stream, *values, words=4)
+    assert digest != key_digest(stream, *values, 0, words=4)  # one more value: another key
+
+
+def test_key_bytes_refuse_what_key_words_refuse() -> None:
+    with pytest.raises(ValueError, match=r"key value -1 must be in \[0, 2\*\*64\)"):
+        key_bytes(1, -1)
+    with pytest.raises(ValueError, match=r"stream=4294967296 must be a 32-bit tag"):
+        key_bytes(2**32)
