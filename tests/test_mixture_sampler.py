@@ -415,3 +415,21 @@ def test_changes_are_accepted_from_the_first_position_not_handed_out() -> None:
     resumed.load_state_dict(saved)
     assert list(itertools.islice(resumed, 3 * RANK_CHUNK)) == rest
     assert s.state_dict()["fingerprint"]["order"] == "blocks-leaves-feistel/2"
+
+
+def test_a_state_with_counts_beyond_int64_is_refused_as_corrupted() -> None:
+    # Found by the fault campaign's soak: an int64 overflow escaped as OverflowError.
+    dataset = MixtureDataset({"a": Ids(6), "b": Ids(4)})
+    sampler = MixtureSampler(dataset, {"a": 1.0, "b": 1.0}, 1, 0, seed=1, samples_per_epoch=10)
+    iterator = iter(sampler)
+    next(iterator)
+    sampler.update_weights({"a": 0.0, "b": 1.0}, position=4)
+    for _ in range(5):
+        next(iterator)
+    state = json.loads(json.dumps(sampler.state_dict()))
+    assert state.get("segment") is not None
+    state["source_counts"]["a"] = 2**63 + 3
+    fresh = MixtureSampler(dataset, {"a": 1.0, "b": 1.0}, 1, 0, seed=1, samples_per_epoch=10)
+    fresh.update_weights({"a": 0.0, "b": 1.0}, position=4)
+    with pytest.raises(StateMismatchError, match="'segment' is invalid"):
+        fresh.load_state_dict(state)

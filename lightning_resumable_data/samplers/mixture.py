@@ -607,7 +607,7 @@ class MixtureSampler(DistributedSampler):
             base = np.array([check_non_negative_int("base", v) for v in saved["base"]])
             drawn = np.array([check_non_negative_int("drawn", v) for v in saved["drawn"]])
             counts = np.array([state["source_counts"][n] for n in names], dtype=np.int64)
-        except (KeyError, TypeError, ValueError) as error:
+        except (KeyError, TypeError, ValueError, OverflowError) as error:  # int64 overflow
             raise StateMismatchError(f"{prefix} is invalid ({error}).") from None
         shapes_ok = len(base) == len(drawn) == len(names)
         if not (shapes_ok and 0 < start <= consumed < self.epoch_length):

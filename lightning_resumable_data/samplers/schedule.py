@@ -258,6 +258,6 @@ def check_schedule(owner: Any, schedule: object) -> list[dict[str, Any]]:
             if checked and (epoch, position) <= (checked[-1]["epoch"], checked[-1]["position"]):
                 raise ValueError(f"change at (epoch {epoch}, position {position}) is out of order")
             checked.append(fresh)
-    except (KeyError, TypeError, ValueError) as error:
+    except (KeyError, TypeError, ValueError, OverflowError) as error:
         raise StateMismatchError(f"{prefix} its schedule entry is invalid ({error}).") from None
     return checked
