@@ -13,20 +13,10 @@ from typing import Any
 import pytest
 import torch
 import torch.utils.data
+from loader_helpers import IndexDataset as Rows
 from torchdata.stateful_dataloader import StatefulDataLoader as TorchdataLoader
 
 from lightning_resumable_data import DistributedSampler, StatefulDataLoader
-
-
-class Rows(torch.utils.data.Dataset[int]):
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, index: int) -> int:
-        return int(index)
 
 
 class Counting(torch.utils.data.IterableDataset[int]):
