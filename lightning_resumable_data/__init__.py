@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     )
     from lightning_resumable_data.state import (
         STATE_VERSION,
+        DataPositionError,
         ResumeWarning,
         StateMismatchError,
     )
@@ -98,7 +99,9 @@ _LAZY = {
         ],
         "shards",
     ),
-    **dict.fromkeys(["STATE_VERSION", "ResumeWarning", "StateMismatchError"], "state"),
+    **dict.fromkeys(
+        ["STATE_VERSION", "DataPositionError", "ResumeWarning", "StateMismatchError"], "state"
+    ),
     **dict.fromkeys(
         [
             "DocumentCorpus",
@@ -130,6 +133,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "STATE_VERSION",
+    "DataPositionError",
     "DatasetShardReader",
     "DistributedSampler",
     "DistributedShardedDataset",

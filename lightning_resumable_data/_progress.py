@@ -18,10 +18,18 @@ creates one while setting up a fit, and again at every epoch) changes nothing.
 from __future__ import annotations
 
 import copy
+from collections import deque
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
-__all__ = ["CountingIterator", "Progress"]
+__all__ = ["BatchPosition", "CountingIterator", "Progress"]
+
+
+class BatchPosition(NamedTuple):
+    """Where a batch begins: its epoch and the global samples consumed before it."""
+
+    epoch: int
+    consumed: int
 
 
 class Progress:
@@ -69,6 +77,9 @@ class CountingIterator(Iterator[Any]):
         self._inner: Iterator[Any] | None = None
         self.finished = False
         self.yielded = 0  # batches this iterator handed out
+        # position mode: where each batch handed out begins (global samples per batch)
+        self.handed: deque[BatchPosition] | None = None
+        self.step_samples = 0
 
     def __iter__(self) -> CountingIterator:
         return self
@@ -99,8 +110,14 @@ class CountingIterator(Iterator[Any]):
                 f"{error}); the loader position is still the last batch trained, so resuming "
                 "from the last checkpoint is exact."
             ) from error
+        progress = self.progress
+        if self.handed is not None:
+            batches = progress.batches_yielded - progress.base_batches
+            self.handed.append(
+                BatchPosition(progress.epoch, progress.base_consumed + batches * self.step_samples)
+            )
         self.yielded += 1
-        self.progress.batches_yielded += 1
+        progress.batches_yielded += 1
         return batch
 
     def __len__(self) -> int:

@@ -7,11 +7,12 @@ state for the samplers of this package by one global position.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sized
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, NamedTuple
 
 import torch
 from torch.utils.data import BatchSampler, Dataset, IterableDataset, Sampler
@@ -24,7 +25,7 @@ from lightning_resumable_data._batching import (
     PositionSampler,
     SkippableSampler,
 )
-from lightning_resumable_data._progress import CountingIterator, Progress
+from lightning_resumable_data._progress import BatchPosition, CountingIterator, Progress
 from lightning_resumable_data._torchdata_state import read_torchdata_state
 from lightning_resumable_data.randomness import worker_seed
 from lightning_resumable_data.samplers.distributed import check_non_negative_int
@@ -39,6 +40,21 @@ __all__ = ["PositionSampler", "SkippableSampler", "StatefulDataLoader"]
 
 ResumeMode = Literal["position", "skip", "torchdata"]
 _POSITION_KEYS = ("epoch", "batches_yielded", "batch_size", "num_replicas", "torchdata")
+
+
+class RestoredPosition(NamedTuple):
+    """The position a ``load_state_dict`` restored: epoch, consumed, and the saved step.
+
+    ``step_samples`` is the global samples per batch of the layout that saved it (batch
+    size x world size), so a trainer can check the position against its own saved batch
+    count, whatever the layout now.
+    """
+
+    epoch: int
+    consumed: int
+    step_samples: int
+
+
 T_co = TypeVar("T_co", covariant=True, default=Any)  # bare StatefulDataLoader: of Any
 
 
@@ -204,6 +220,11 @@ class StatefulDataLoader(_TorchdataLoader[T_co]):
         self.strict_resume = strict_resume
         self._progress = Progress()
         self._trained: int | None = None  # batches of the epoch the model trained on
+        self._trained_source: Callable[[], int | None] | None = None  # a trainer's counter
+        # where the batches handed out and not yet trained begin (position mode)
+        self._handed: collections.deque[BatchPosition] = collections.deque(maxlen=64)
+        # the position the last load_state_dict restored, with the saved layout's step
+        self.restored: RestoredPosition | None = None
         self._live: weakref.ref[CountingIterator] | None = None
         self._epoch_limit: int | None = None  # global samples an epoch ends at (a trainer's)
         # (batches saved, the same position in batches of this layout) after a restore
@@ -212,6 +233,7 @@ class StatefulDataLoader(_TorchdataLoader[T_co]):
         self._serials = itertools.count()
         self._warned_replay = False
         self._check_batches_fit()
+        self._step_samples = self._batch_samples * self._num_replicas  # fixed from here on
 
     # -- what kind of resume is possible -------------------------------------------------
 
@@ -290,6 +312,7 @@ class StatefulDataLoader(_TorchdataLoader[T_co]):
         already points at the next epoch.
         """
         self._detach_live()
+        self._handed.clear()
         self._progress.end_epoch()
 
     def set_epoch_limit(self, samples: int | None) -> None:
@@ -339,6 +362,7 @@ class StatefulDataLoader(_TorchdataLoader[T_co]):
         iterator.progress = progress
         progress.reader = iterator.serial
         self._live = weakref.ref(iterator)
+        self._handed.clear()  # batches of an abandoned reading will not be trained
         if self.resume_mode == "torchdata":
             # torchdata's behaviour exactly: the user's set_epoch, torch's global RNG (or the
             # user's generator) for the shuffle and the worker seeds.
@@ -360,6 +384,7 @@ class StatefulDataLoader(_TorchdataLoader[T_co]):
                 self.batch_sampler.limit = self._rank_samples_before_limit(
                     sampler, progress.base_consumed
                 )
+            iterator.handed, iterator.step_samples = self._handed, self.samples_per_step
         elif self.resume_mode == "skip" and hasattr(sampler, "state_dict"):
             # The sampler's state where this iteration begins: a resume loads it and skips
             # the batches yielded since (the sampler's live state runs ahead by the prefetch).
@@ -410,7 +435,7 @@ class StatefulDataLoader(_TorchdataLoader[T_co]):
     @property
     def samples_per_step(self) -> int:
         """Global samples consumed by one batch on every rank (batch size x world size)."""
-        return self._batch_samples * self._num_replicas
+        return self._step_samples
 
     # -- state -----------------------------------------------------------------------------
 
@@ -431,9 +456,35 @@ class StatefulDataLoader(_TorchdataLoader[T_co]):
         """
         self._trained = check_non_negative_int("batches", batches)
 
+    def track_trained(self, source: Callable[[], int | None] | None) -> None:
+        """Read the batches trained in the current epoch from ``source`` at every save.
+
+        The trainer's own counter (Lightning's ``batch_progress.current.processed``, through
+        :class:`~lightning_resumable_data.ResumableDataCallback`), read when
+        :meth:`state_dict` is called: the saved position is the trainer's progress at that
+        moment, whichever hook saves and in whatever order. ``source`` returns ``None`` while
+        it knows nothing (then :meth:`note_trained`'s count, or the batches yielded, apply);
+        ``None`` stops tracking. Loading a state stops it too: the counter of the trainer
+        that saved may not describe the restored position.
+        """
+        self._trained_source = source
+
+    def take_handed(self) -> BatchPosition | None:
+        """Where the oldest batch handed out and not yet taken begins (position mode).
+
+        A trainer calls it once per batch it trains (its fetcher may run ahead of training),
+        to check that the batch it trains is the one its counters imply. ``None``: no batch
+        was handed out since the reading began, or the loader has no position sampler.
+        """
+        return self._handed.popleft() if self._handed else None
+
     def _trained_view(self) -> tuple[Progress, int]:
         """The progress and batch count the state describes: trained, else yielded."""
         progress, trained = self._progress, self._trained
+        if self._trained_source is not None:
+            counted = self._trained_source()
+            if counted is not None:
+                trained = counted
         if trained is None:
             return progress, progress.batches_yielded
         previous = progress.previous
@@ -522,7 +573,7 @@ class StatefulDataLoader(_TorchdataLoader[T_co]):
             )
         self._detach_live()
         self._progress = self._restore(state_dict)
-        self._trained = None
+        self._trained, self._trained_source = None, None
 
     def _load_torchdata_state(self, state: dict[str, Any]) -> None:
         """Continue a job whose checkpoint torchdata's ``StatefulDataLoader`` wrote.
@@ -536,7 +587,8 @@ class StatefulDataLoader(_TorchdataLoader[T_co]):
         position = read_torchdata_state(state)
         assert position is not None
         self._detach_live()
-        self._trained = None
+        self._trained, self._trained_source = None, None
+        self.restored = None
         if self.resume_mode == "torchdata":
             self._progress = Progress(epoch=self._progress.epoch)
             super().load_state_dict(state)
@@ -565,6 +617,7 @@ class StatefulDataLoader(_TorchdataLoader[T_co]):
 
     def _restore(self, state: dict[str, Any]) -> Progress:
         sampler = self.position_sampler
+        self.restored = None
         progress = Progress(epoch=state["epoch"], batches_yielded=state["batches_yielded"])
         if self.resume_mode == "position":
             assert isinstance(sampler, PositionSampler)
@@ -592,6 +645,9 @@ class StatefulDataLoader(_TorchdataLoader[T_co]):
             if hasattr(sampler, "lock_epoch"):  # the loader owns the restored epoch: a
                 sampler.lock_epoch(state["epoch"])  # trainer's set_epoch cannot discard it
             progress.resume_at = progress.base_consumed = state["consumed"]
+            self.restored = RestoredPosition(
+                state["epoch"], state["consumed"], state["batch_size"] * state["num_replicas"]
+            )
             self.layout_change = None
             if (state["batch_size"], state["num_replicas"]) != (
                 self._batch_samples,

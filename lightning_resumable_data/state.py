@@ -30,6 +30,7 @@ from typing import Any, Final
 
 __all__ = [
     "STATE_VERSION",
+    "DataPositionError",
     "Fingerprint",
     "ResumeWarning",
     "StateMismatchError",
@@ -59,6 +60,15 @@ class StateMismatchError(ValueError):
 
 class ResumeWarning(UserWarning):
     """A resume that works but may not be what the user intended."""
+
+
+class DataPositionError(RuntimeError):
+    """The batch a trainer is about to train is not the one its progress counters imply.
+
+    Raised by :class:`~lightning_resumable_data.ResumableDataCallback`'s run-time check (on
+    by default): training on would replay or skip data. The message names the global step,
+    the expected and the actual data position.
+    """
 
 
 def make_state(kind: str, fingerprint: Fingerprint, **position: Any) -> dict[str, Any]:

@@ -52,5 +52,8 @@ class LedgerModel(pl.LightningModule):
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         self.log("val", self.layer(batch["x"]).mean(), sync_dist=True)
 
+    def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        self.log("test", self.layer(batch["x"]).mean(), sync_dist=True)
+
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(self.parameters(), lr=0.01)

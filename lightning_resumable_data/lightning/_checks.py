@@ -13,7 +13,7 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence, Sized
 from typing import Any
 
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
 
 __all__ = ["check_dataset", "check_keywords", "check_weights_for", "describe_sources"]
 
@@ -44,7 +44,21 @@ def check_dataset(argument: str, value: object) -> None:
             "mixes. Pass {'name': dataset, ...} for a mixture, or "
             "torch.utils.data.ConcatDataset([...]) to read them end to end."
         )
-    if isinstance(value, Sized) and not isinstance(value, (Sampler, DataLoader)) and not value:
+    if isinstance(value, IterableDataset):
+        raise TypeError(
+            f"{argument} is an IterableDataset ({type(value).__name__}), but "
+            "ResumableDataModule orders samples by index: it needs a map-style dataset "
+            "(__getitem__ and __len__) to shuffle, split over ranks and resume in O(1). Pass a "
+            "map-style dataset (for token or document corpora: open_token_shards, "
+            "open_megatron, open_parquet), or return your own DataLoader over the iterable "
+            "dataset from LightningModule.train_dataloader (it then resumes only as far as the "
+            "dataset itself does)."
+        )
+    if (
+        isinstance(value, Sized)
+        and not isinstance(value, (Sampler, DataLoader))
+        and len(value) == 0  # not `not value`: a tensor has no truth value
+    ):
         raise ValueError(
             f"{argument} is empty (len 0): there is nothing to load. Pass a dataset with "
             "samples, or leave the argument out."

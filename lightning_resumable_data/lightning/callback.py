@@ -12,8 +12,15 @@ from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
 from lightning_resumable_data.lightning.datamodule import ResumableDataModule, _phase_dict
+from lightning_resumable_data.lightning.guard import PositionGuard, Verify
 from lightning_resumable_data.lightning.mixing import OnlineMixer, Policy
-from lightning_resumable_data.loader import StatefulDataLoader
+from lightning_resumable_data.lightning.progress import (
+    TrainedBatches,
+    align_progress,
+    resume_mismatch,
+    trained_position,
+)
+from lightning_resumable_data.loader import RestoredPosition, StatefulDataLoader
 from lightning_resumable_data.samplers.mixture import MixturePhase, MixtureSampler, check_phases
 from lightning_resumable_data.seeding import (
     data_parallel_rank,
@@ -35,10 +42,18 @@ class ResumableDataCallback(pl.Callback):
       :class:`ResumableDataModule`, which installs each phase in the sampler as a weight
       change at the exact global position of its step, before any batch is read — so the
       phase starts at that step on every rank, however far the workers prefetch.
-    * **Position**: tells the training loader, at every batch start and end, how many
-      batches of the epoch the model has trained on. Lightning fetches one batch ahead for
-      loaders without a length; the loader state Lightning writes into the checkpoint is
-      then still the trained position, whichever hook saves it.
+    * **Position**: the position written into a checkpoint is Lightning's own count of the
+      batches trained (its fit loop's counters, read when the checkpoint is written), so it
+      is exact whichever hook saves it, in any order of the callbacks, and however far
+      Lightning fetches ahead.
+    * **Resume**: at the start of a fit, checks the restored position against Lightning's
+      restored counters, and brings Lightning's epoch and batch counters to the data
+      position (after a ``max_time``, ``max_steps`` or ``should_stop`` stop mid-epoch, whose
+      epoch-end hooks ran, ``max_epochs`` then counts whole data epochs).
+    * **Check** (``verify="raise"``, the default): at every training batch, in O(1), the
+      batch Lightning trains must begin where its counters say; otherwise a
+      :class:`~lightning_resumable_data.DataPositionError` names the step, the expected and
+      the actual position.
     * **Logging**: every ``log_every_n_steps`` steps, logs the weights in force and the
       samples drawn per source this epoch (``data/weight/<source>``,
       ``data/drawn/<source>``) through the trainer's logger.
@@ -77,6 +92,9 @@ class ResumableDataCallback(pl.Callback):
         training_seed: The training seed; ``None`` takes the DataModule's ``seed`` (0
             without a :class:`ResumableDataModule`), keyed with ``seed_everything``'s seed
             when one is set, and on resume the checkpoint's.
+        verify: What a data position that disagrees with the trainer's counters does:
+            ``"raise"`` a :class:`~lightning_resumable_data.DataPositionError`, ``"warn"``
+            once, or ``"off"``.
     """
 
     def __init__(
@@ -88,6 +106,7 @@ class ResumableDataCallback(pl.Callback):
         training_seed: int | None = None,
         policy: Policy | None = None,
         policy_every_n_steps: int | None = None,
+        verify: Verify = "raise",
     ) -> None:
         self.phases = tuple(phases)
         for phase in self.phases:
@@ -119,6 +138,7 @@ class ResumableDataCallback(pl.Callback):
         self._datamodule: ResumableDataModule | None = None
         self._epoch_started = True
         self.mixer = OnlineMixer(policy, policy_every_n_steps)
+        self.guard = PositionGuard(verify)
 
     def set_weights(self, weights: object, temperature: float | None = None) -> None:
         """Change the mixture weights during ``fit``, from any hook (see ``docs/mixing.md``).
@@ -176,10 +196,39 @@ class ResumableDataCallback(pl.Callback):
         if loader is None:
             return
         self.mixer.loader = loader
-        if loader.layout_change is not None:  # restate Lightning's batches in this layout
-            _restate_batch_progress(trainer, *loader.layout_change)
-            loader.layout_change = None
-        self._set_limit(trainer, loader)
+        self._set_limit(trainer, loader)  # before the position: it may end the epoch
+        restored, loader.restored = loader.restored, None
+        loader.track_trained(TrainedBatches(trainer))
+        if loader.resume_mode == "position":
+            self._start_position(trainer, loader, restored)
+
+    def _start_position(
+        self, trainer: pl.Trainer, loader: StatefulDataLoader, restored: RestoredPosition | None
+    ) -> None:
+        """Check the position this fit starts from, and align Lightning's counters with it."""
+        loader.layout_change = None
+        if restored is not None:
+            epoch, consumed = restored.epoch, restored.consumed
+        else:  # Lightning may have fetched ahead already: the state counts what it trained
+            state = loader.state_dict()
+            epoch, consumed = int(state["epoch"]), int(state["consumed"])
+        step_samples = loader.samples_per_step
+        trained = trained_position(trainer)
+        if restored is not None:  # check in the layout that saved it
+            problem = resume_mismatch(
+                trained,
+                (restored.epoch, restored.consumed),
+                step_samples=restored.step_samples,
+                step=trainer.global_step,
+            )
+        else:  # a fresh fit, or one continuing the live position
+            problem = resume_mismatch(
+                trained, (epoch, consumed), step_samples=step_samples, step=trainer.global_step
+            )
+        if problem is not None:
+            self.guard.report(problem)
+        batch = align_progress(trainer, epoch, consumed, step_samples)
+        self.guard.anchor(epoch, batch, consumed)
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -206,8 +255,19 @@ class ResumableDataCallback(pl.Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
         loader = self.train_loader(trainer)
-        if loader is not None:
-            loader.note_trained(batch_idx)
+        if loader is not None and self.guard.mode != "off":
+            handed = loader.take_handed()
+            epoch, step_samples = trainer.current_epoch, loader.samples_per_step
+            if handed is not None and not self.guard.matches(
+                handed, epoch, batch_idx, step_samples
+            ):  # O(1); the step is read only for the message
+                self.guard.check(
+                    handed,
+                    epoch=epoch,
+                    batch=batch_idx,
+                    step=trainer.global_step,
+                    step_samples=step_samples,
+                )
         if not self._epoch_started:  # resumed mid-epoch: Lightning skipped the epoch start
             self._epoch_started = True
             bar = trainer.progress_bar_callback
@@ -247,7 +307,6 @@ class ResumableDataCallback(pl.Callback):
         loader = self.train_loader(trainer)
         if loader is None:
             return
-        loader.note_trained(batch_idx + 1)
         self.mixer.loader = loader  # a reloaded loader replaces the old one
         self.mixer.step_end(trainer, pl_module)
         if batch_idx + 1 >= trainer.num_training_batches:
@@ -354,25 +413,3 @@ def _micro_batch(trainer: pl.Trainer, pl_module: pl.LightningModule, batch_idx: 
     if not pl_module.automatic_optimization:
         return batch_idx
     return batch_idx % max(1, int(trainer.accumulate_grad_batches))
-
-
-def _restate_batch_progress(trainer: pl.Trainer, saved: int, now: int) -> None:
-    """Count Lightning's batches of the resumed epoch in the new batch and world size.
-
-    ``saved`` batches of the epoch were trained in the old layout; they are ``now`` batches
-    in this one, so Lightning ends the epoch (and validates, and steps the optimizer) by the
-    new layout's count. A checkpoint written at an epoch's last batch holds the next epoch's
-    start (``saved == 0``) while Lightning still counts the finished epoch: its count is
-    moved to this layout's end of epoch, where Lightning starts the next one.
-    """
-    progress = trainer.fit_loop.epoch_loop.batch_progress
-    counted = progress.current.ready
-    if saved == counted:
-        delta = now - saved
-    elif saved == 0 and counted > 0 and math.isfinite(trainer.num_training_batches):
-        delta = int(trainer.num_training_batches) - counted
-    else:
-        return
-    for counter in (progress.current, progress.total):
-        for name in ("ready", "started", "processed", "completed"):
-            setattr(counter, name, max(0, getattr(counter, name) + delta))

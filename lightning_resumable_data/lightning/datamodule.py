@@ -6,7 +6,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import lightning.pytorch as pl
+from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info
+from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 from typing_extensions import override
 
@@ -98,7 +100,11 @@ class ResumableDataModule(pl.LightningDataModule):
 
     def __init__(
         self,
-        train_dataset: Dataset[Any] | Mapping[str, Dataset[Any]] | Sequence[Any] | None = None,
+        train_dataset: Dataset[Any]
+        | Mapping[str, Dataset[Any]]
+        | Sequence[Any]
+        | Tensor
+        | None = None,
         val_dataset: Dataset[Any] | Sequence[Any] | None = None,
         test_dataset: Dataset[Any] | Sequence[Any] | None = None,
         *,
@@ -450,11 +456,16 @@ class ResumableDataModule(pl.LightningDataModule):
         """Compare the saved configuration with this one before training starts.
 
         A changed world size or batch size resumes elastically; a change of sources, sizes,
-        seed or phases raises, unless ``allow_config_change=True``.
+        seed or phases raises, unless ``allow_config_change=True``. Only a fit restores the
+        position: what ``trainer.validate``, ``test`` or ``predict`` load with ``ckpt_path``
+        is ignored, so evaluating a checkpoint never moves the data of a later fit.
 
         Raises:
             StateMismatchError: The configuration changed and the change was not allowed.
         """
+        trainer = self.trainer
+        if trainer is not None and trainer.state.fn != TrainerFn.FITTING:
+            return
         saved = state_dict.get("config") if isinstance(state_dict, Mapping) else None
         if not isinstance(saved, Mapping):
             raise StateMismatchError(

@@ -14,7 +14,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -52,6 +54,36 @@ class BarRecorder(pl.Callback):
             f.write(json.dumps(line) + "\n")
 
 
+class Stop(pl.Callback):
+    """Stops the run after optimizer step ``step`` as users' runs are stopped.
+
+    ``should_stop``: sets ``trainer.should_stop`` (what ``EarlyStopping`` and ``Timer`` do);
+    ``sigterm``: sends SIGTERM to this process (a preemption; Lightning raises at the end of
+    the batch and runs ``on_exception``).
+    """
+
+    def __init__(self, how: str, step: int) -> None:
+        self.how, self.step = how, step
+
+    def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
+        if trainer.global_step != self.step:
+            return
+        if self.how == "should_stop":
+            trainer.should_stop = True
+        else:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+class Slow(pl.Callback):
+    """Makes every training batch take ``seconds`` (for a real ``max_time`` stop)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def on_train_batch_end(self, *args: Any) -> None:
+        time.sleep(self.seconds)
+
+
 def checkpoints(out: Path) -> list[pl.Callback]:
     """``OUT/ckpt/step=<k>.ckpt`` after every optimizer step, ``epoch=<e>-end.ckpt`` at ends."""
     return [
@@ -87,6 +119,28 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--progress-bar", action="store_true", help="log its total and title")
     parser.add_argument("--ckpt")
     parser.add_argument("--refit-max-steps", type=int, help="then fit again to this many steps")
+    parser.add_argument(
+        "--callback",
+        choices=("after", "before", "none"),
+        default="after",
+        help="ResumableDataCallback after the checkpoint callbacks, before them, or none "
+        "(the DataModule installs one)",
+    )
+    parser.add_argument(
+        "--last", action="store_true", help="only OUT/last/: ModelCheckpoint(save_last=True)"
+    )
+    parser.add_argument("--stop", choices=("should_stop", "sigterm"), help="stop at --stop-step")
+    parser.add_argument("--stop-step", type=int, default=0)
+    parser.add_argument("--max-time", type=float, help="seconds (Trainer(max_time=...))")
+    parser.add_argument("--step-sleep", type=float, default=0.0)
+    parser.add_argument("--evaluate", choices=("test", "validate"), help="after the fit")
+    parser.add_argument("--evaluate-step", type=int, help="evaluate ckpt/step=<k>.ckpt")
+    parser.add_argument(
+        "--then",
+        choices=("same", "new", "new-ckpt"),
+        help="after evaluating, fit to --refit-max-steps on the same trainer, a new trainer, "
+        "or a new trainer from the evaluated checkpoint",
+    )
     return parser.parse_args(argv)
 
 
@@ -110,7 +164,38 @@ def main(argv: Sequence[str]) -> None:
         phases = [
             MixturePhase(start_step=args.phase_step, weights={"web": 0.2, "code": 0.3, "math": 0.5})
         ]
-    callbacks: list[pl.Callback] = [*checkpoints(args.out)]
+    datamodule = ResumableDataModule(
+        train,
+        val_dataset=Samples(10) if args.validate or args.evaluate else None,
+        test_dataset=Samples(10) if args.evaluate else None,
+        batch_size=args.batch_size,
+        weights=weights,
+        samples_per_epoch=samples_per_epoch,
+        seed=3,
+        num_workers=args.workers,
+        persistent_workers=args.workers > 0,
+    )
+    model = Model(args.out)
+    trainer = make_trainer(args, phases)
+    trainer.fit(model, datamodule=datamodule, ckpt_path=args.ckpt)
+    if args.evaluate is not None:  # evaluate a checkpoint, then train on
+        checkpoint = args.out / "ckpt" / f"step={args.evaluate_step}.ckpt"
+        getattr(trainer, args.evaluate)(model, datamodule=datamodule, ckpt_path=checkpoint)
+        if args.then == "same":
+            trainer.fit_loop.epoch_loop.max_steps = args.refit_max_steps
+            trainer.fit(model, datamodule=datamodule)
+        elif args.then is not None:
+            args.max_steps = args.refit_max_steps
+            resume = checkpoint if args.then == "new-ckpt" else None
+            make_trainer(args, phases).fit(model, datamodule=datamodule, ckpt_path=resume)
+    elif args.refit_max_steps is not None:  # the same trainer, more steps: training continues
+        trainer.fit_loop.epoch_loop.max_steps = args.refit_max_steps
+        trainer.fit(model, datamodule=datamodule)
+
+
+def make_trainer(args: argparse.Namespace, phases: list[MixturePhase]) -> pl.Trainer:
+    # users' default instead: an epoch-end checkpoint and last.ckpt (also on an exception)
+    callbacks: list[pl.Callback] = [] if args.last else [*checkpoints(args.out)]
     if args.validate:  # and one at every validation end, mid-epoch ones included
         callbacks.append(
             ModelCheckpoint(
@@ -121,32 +206,35 @@ def main(argv: Sequence[str]) -> None:
                 save_on_train_epoch_end=False,
             )
         )
-    callbacks.append(ResumableDataCallback(phases=phases, log_every_n_steps=0))
+    if args.last:
+        callbacks.append(
+            ModelCheckpoint(dirpath=args.out / "last", save_last=True, save_on_exception=True)
+        )
+    if args.stop is not None:
+        callbacks.append(Stop(args.stop, args.stop_step))
+    if args.step_sleep:
+        callbacks.append(Slow(args.step_sleep))
+    data_callback = ResumableDataCallback(phases=phases, log_every_n_steps=0)
+    if args.callback == "after":
+        callbacks.append(data_callback)
+    elif args.callback == "before":
+        callbacks.insert(0, data_callback)
     if args.progress_bar:
         callbacks.append(BarRecorder(args.out))
-    datamodule = ResumableDataModule(
-        train,
-        val_dataset=Samples(10) if args.validate else None,
-        batch_size=args.batch_size,
-        weights=weights,
-        samples_per_epoch=samples_per_epoch,
-        seed=3,
-        num_workers=args.workers,
-        persistent_workers=args.workers > 0,
-    )
     limit = args.limit_train_batches
-    trainer = pl.Trainer(
+    return pl.Trainer(
         accelerator="cpu",
         devices=args.devices,
         strategy=strategy(args.devices),
         max_epochs=args.max_epochs,
         max_steps=args.max_steps,
+        max_time=None if args.max_time is None else {"seconds": args.max_time},
         limit_train_batches=int(limit) if limit > 1 else limit,
         reload_dataloaders_every_n_epochs=args.reload,
         val_check_interval=args.val_check_interval,
         check_val_every_n_epoch=args.check_val_every,
         num_sanity_val_steps=args.sanity,
-        limit_val_batches=2 if args.validate else 0,
+        limit_val_batches=2 if args.validate or args.evaluate else 0,
         accumulate_grad_batches=args.accumulate,
         callbacks=callbacks,
         logger=False,
@@ -154,11 +242,6 @@ def main(argv: Sequence[str]) -> None:
         enable_model_summary=False,
         default_root_dir=args.out,
     )
-    model = Model(args.out)
-    trainer.fit(model, datamodule=datamodule, ckpt_path=args.ckpt)
-    if args.refit_max_steps is not None:  # the same trainer, more steps: training continues
-        trainer.fit_loop.epoch_loop.max_steps = args.refit_max_steps
-        trainer.fit(model, datamodule=datamodule)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,213 @@
+"""Lightning's loop counters and the data position: read them, check them, bring them in line.
+
+The trainer's progress is the truth about what was trained. Lightning counts it in its fit
+loop: epochs in ``fit_loop.epoch_progress`` and the batches of the current epoch in
+``fit_loop.epoch_loop.batch_progress`` (``processed``: batches whose training step ran).
+The data position is ``(epoch, consumed)``. Because every rank draws ``B`` samples a step,
+``k`` batches of an epoch are exactly its first ``k * B * W`` samples, so the two must agree:
+
+* :class:`TrainedBatches` hands the loader Lightning's own batch count at save time, so the
+  position written into a checkpoint does not depend on which hook saves, or in which order
+  callbacks run;
+* :func:`resume_mismatch` compares the position a fit starts from with Lightning's restored
+  counters, and :func:`align_progress` moves Lightning's counters to the data position where
+  Lightning would otherwise count another epoch (a run stopped mid-epoch by ``max_time``,
+  ``max_steps`` or ``should_stop`` has run its epoch-end hooks, so ``max_epochs`` would
+  count the unfinished epoch as done);
+* :class:`PositionGuard` checks at every training batch that the batch Lightning trains
+  begins where its counters say it must, in O(1).
+
+Example:
+    >>> resume_mismatch(TrainedPosition(epoch=1, batches=3), (1, 24), step_samples=8, step=11)
+    >>> print(resume_mismatch(TrainedPosition(1, 4), (1, 24), step_samples=8, step=12)[:70])
+    The data position does not match the trainer's progress at global ste
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from lightning.pytorch.loops.fit_loop import RestartStage as FitStage
+from lightning.pytorch.loops.training_epoch_loop import RestartStage as EpochStage
+
+if TYPE_CHECKING:
+    import lightning.pytorch as pl
+
+__all__ = [
+    "TrainedBatches",
+    "TrainedPosition",
+    "align_progress",
+    "resume_mismatch",
+    "trained_position",
+]
+
+_COUNTS = ("ready", "started", "processed", "completed")
+
+
+class TrainedPosition(NamedTuple):
+    """What Lightning's counters say was trained: an epoch and the batches trained in it."""
+
+    epoch: int
+    batches: int
+
+
+class TrainedBatches:
+    """The batches of the current epoch a trainer has trained: its ``processed`` counter.
+
+    Given to :meth:`StatefulDataLoader.track_trained
+    <lightning_resumable_data.StatefulDataLoader.track_trained>`; holds the trainer weakly.
+    """
+
+    def __init__(self, trainer: pl.Trainer) -> None:
+        self._trainer = weakref.ref(trainer)
+
+    def __call__(self) -> int | None:
+        """Batches of the current epoch trained (``None`` once the trainer is gone)."""
+        trainer = self._trainer()
+        if trainer is None:
+            return None
+        counter: Any = trainer.fit_loop.epoch_loop.batch_progress.current
+        return int(counter.processed)
+
+
+def trained_position(trainer: pl.Trainer) -> TrainedPosition:
+    """Lightning's count of what was trained, read from its fit loop (restored or live).
+
+    The epoch is the last one started (``epoch_progress.started - 1``): a checkpoint written
+    by the epoch-end hooks of an epoch that ``max_steps`` or ``max_time`` cut short, or after
+    the fit ended, says the epoch is over, but its batch count is still that epoch's.
+    """
+    fit = trainer.fit_loop
+    epochs: Any = fit.epoch_progress.current  # typed as the base tracker; it has them all
+    epoch = int(epochs.started) - 1
+    counted: Any = fit.epoch_loop.batch_progress.current
+    batches = int(counted.processed)
+    if epoch < 0:
+        return TrainedPosition(0, 0)
+    return TrainedPosition(epoch, batches)
+
+
+def resume_mismatch(
+    trained: TrainedPosition, data: tuple[int, int], *, step_samples: int, step: int
+) -> str | None:
+    """Why a data position is not the one Lightning's counters describe; ``None`` if it is.
+
+    Args:
+        trained: Lightning's restored (or live) count, :func:`trained_position`.
+        data: ``(epoch, consumed)`` the loader will continue from.
+        step_samples: Global samples per batch of the layout that saved ``data``.
+        step: The trainer's global step, for the message.
+
+    Returns:
+        The message of a :class:`~lightning_resumable_data.DataPositionError`, or ``None``.
+    """
+    epoch, consumed = data
+    if consumed > 0:
+        agree = trained.epoch == epoch and consumed // step_samples == trained.batches
+    else:  # the start of an epoch: nothing of it trained, or the previous one finished
+        agree = (trained.epoch, trained.batches) == (epoch, 0) or (
+            trained.epoch == epoch - 1 and trained.batches > 0
+        )
+    if agree:
+        return None
+    return (
+        f"The data position does not match the trainer's progress at global step {step}: "
+        f"Lightning counts {trained.batches} batches trained in epoch {trained.epoch} "
+        f"(expected data position: epoch {trained.epoch}, sample "
+        f"{trained.batches * step_samples}), but the loader would continue from epoch "
+        f"{epoch}, sample {consumed}. Training on would replay or skip data. This happens "
+        "when a data position from another checkpoint reached this fit (e.g. restored "
+        "by hand, or by an older version of this library); resume with "
+        "trainer.fit(..., ckpt_path=...) from one checkpoint, or pass "
+        "ResumableDataCallback(verify='warn') to go on regardless."
+    )
+
+
+def align_progress(trainer: pl.Trainer, epoch: int, consumed: int, step_samples: int) -> int:
+    """Make Lightning's next batch the data's next batch; return its index in the epoch.
+
+    Called at the start of a fit, after Lightning restored its counters and before its
+    first batch. Three cases, each with the smallest change to Lightning's state:
+
+    * Lightning continues the data's epoch: its batch count is shifted to the data's,
+      ``consumed // step_samples`` (only differs after a change of batch or world size);
+    * the data starts an epoch after a checkpoint of the previous epoch's last batch:
+      Lightning starts that epoch at batch 0 (it kept the last epoch's count, in the saved
+      layout), or, if it has yet to finish the last one, its count is moved to the end of
+      an epoch in this layout;
+    * Lightning would start a later epoch while the data is in the middle of one (a fit
+      stopped mid-epoch, whose epoch-end hooks ran): Lightning's counters are set to that
+      epoch, ``consumed // step_samples`` batches in, as if the checkpoint had been written
+      after that batch, so ``max_epochs`` counts whole data epochs.
+
+    Args:
+        trainer: The trainer, between its restore and its first batch.
+        epoch: The data's epoch.
+        consumed: Global samples of that epoch already trained.
+        step_samples: Global samples per batch now (batch size x world size).
+    """
+    fit = trainer.fit_loop
+    loop = fit.epoch_loop
+    batches = loop.batch_progress
+    lightning_epoch = int(fit.epoch_progress.current.completed)
+    upcoming = int(batches.current.completed) + int(loop.restarted_on_train_batch_end)
+    target = consumed // step_samples
+    if consumed > 0 and lightning_epoch == epoch:
+        _shift(batches, target - upcoming)
+        return target
+    if consumed == 0 and upcoming > 0 and lightning_epoch == epoch:
+        # A checkpoint of an epoch's last batch: Lightning has moved to the next epoch but
+        # still holds the finished epoch's batch count (counted in the saved layout).
+        _restart_epoch(loop)
+        return 0
+    if consumed == 0 and upcoming > 0 and lightning_epoch == epoch - 1:
+        # The same, before Lightning moved on: it finishes that epoch with no batch when
+        # its count is at the epoch's end in this layout.
+        limit = trainer.num_training_batches
+        if limit != float("inf"):
+            _shift(batches, int(limit) - upcoming)
+        return 0
+    if consumed > 0 and lightning_epoch > epoch:
+        _restart_mid_epoch(trainer, epoch, target)
+    return target
+
+
+def _shift(progress: Any, delta: int) -> None:
+    if delta:
+        for counter in (progress.current, progress.total):
+            for name in _COUNTS:
+                setattr(counter, name, max(0, getattr(counter, name) + delta))
+
+
+def _restart_epoch(loop: Any) -> None:
+    """The epoch loop starts its epoch at batch 0 (its restored counts were the last one's)."""
+    batches = loop.batch_progress
+    batches.is_last_batch = False
+    for name in _COUNTS:
+        setattr(batches.current, name, 0)
+    loop._restart_stage = EpochStage.NONE
+
+
+def _restart_mid_epoch(trainer: pl.Trainer, epoch: int, batch: int) -> None:
+    """Lightning's state after ``batch`` batches of ``epoch``, as if saved at a batch's end.
+
+    The counters of a checkpoint written by ``ModelCheckpoint`` at a validation end in the
+    middle of an epoch: the epoch started and not processed, ``batch`` batches completed.
+    Lightning resumes such a state without calling the epoch-start hooks again, from batch
+    ``batch``, and without validating again at that batch.
+    """
+    fit = trainer.fit_loop
+    loop = fit.epoch_loop
+    epochs: Any = fit.epoch_progress
+    for counter in (epochs.current, epochs.total):
+        counter.ready = counter.started = epoch + 1
+        counter.processed = counter.completed = epoch
+    batches: Any = loop.batch_progress
+    batches.is_last_batch = False
+    for name in _COUNTS:
+        setattr(batches.current, name, batch)
+        setattr(batches.total, name, int(batches.total.processed))
+    fit._restart_stage = FitStage.RESTARTED_MID_EPOCH
+    loop._restart_stage = EpochStage.RESTARTED_ON_LAST
+    loop._restarting = True  # the epoch loop keeps these counts instead of zeroing them

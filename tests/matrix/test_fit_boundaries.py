@@ -1,0 +1,90 @@
+"""What happens around a fit: evaluating a checkpoint between fits, and stopped fits resumed.
+
+Each cell is a real ``Trainer`` run in the settings users set, with the callback passed and
+with none (the DataModule installs it: the documented default), compared batch by batch
+(step, batch index, sample ids) with the uninterrupted three-epoch run, and counted:
+
+* ``fit -> test/validate(ckpt_path) -> fit``: on the same trainer the data goes on from the
+  live position; a new trainer starts at the beginning, or at the checkpoint it is given;
+  evaluating a checkpoint moves nothing;
+* a fit stopped in the middle of an epoch by ``max_steps``, ``should_stop``, ``max_time`` or
+  SIGTERM (a preemption: Lightning raises at the batch's end and ``on_exception`` saves),
+  whose epoch-end hooks ran, then ``trainer.fit(..., ckpt_path="last")`` with the same
+  ``max_epochs`` (the SLURM resubmission pattern): every epoch is trained, none lost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from faults.runner import ForkServer
+
+from matrix.harness import SCRIPT, Runs, ledger
+
+pytestmark = pytest.mark.distributed
+
+CALLBACK_CONFIGS = ("none", "after")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
+    server = ForkServer(SCRIPT)
+    yield Runs(server, tmp_path_factory.mktemp("boundaries"))
+    server.close()
+
+
+def _lines(run: Any) -> list[tuple[Any, Any, Any, Any]]:
+    return [(x["step"], x["epoch"], x["batch"], x["ids"]) for x in ledger(run).ranks[0]]
+
+
+@pytest.mark.parametrize("callback", CALLBACK_CONFIGS)
+@pytest.mark.parametrize("then", ["same", "new", "new-ckpt"])
+@pytest.mark.parametrize("evaluate", ["test", "validate"])
+def test_evaluating_a_checkpoint_between_fits_moves_nothing(
+    runs: Runs, evaluate: str, then: str, callback: str
+) -> None:
+    """Fit to step 22, evaluate the step-10 checkpoint, then fit to step 48."""
+    name = f"eval-{evaluate}-{then}-{callback}"
+    args = ["--max-epochs", "-1", "--max-steps", "22", "--callback", callback]
+    args += ["--evaluate", evaluate, "--evaluate-step", "10", "--then", then]
+    out = runs.run(runs.root / name, [*args, "--refit-max-steps", "48"])
+    reference = _lines(runs.reference("default", 4, callback=callback))
+    assert len(reference) == 48
+    lines = _lines(out)
+    first, rest = lines[:22], lines[22:]
+    assert [x[3] for x in first] == [x[3] for x in reference[:22]]
+    if then == "same":  # the live position goes on, and Lightning's counters with it
+        assert rest == reference[22:]
+    elif then == "new":  # a new trainer without ckpt_path starts at the beginning
+        assert rest == reference
+    else:  # a new trainer from the evaluated checkpoint resumes it exactly
+        assert rest == reference[10:]
+
+
+STOPS = {
+    "max_steps": ["--max-steps", "22"],
+    "should_stop": ["--stop", "should_stop", "--stop-step", "22"],
+    "sigterm": ["--stop", "sigterm", "--stop-step", "22"],
+    "max_time": ["--max-time", "1.5", "--step-sleep", "0.05"],
+}
+
+
+@pytest.mark.parametrize("callback", CALLBACK_CONFIGS)
+@pytest.mark.parametrize("stop", list(STOPS))
+def test_a_fit_stopped_mid_epoch_resumed_from_last_trains_every_epoch(
+    runs: Runs, stop: str, callback: str
+) -> None:
+    """``max_epochs=3``, stopped in epoch 1, resubmitted with ``ckpt_path="last"``."""
+    out = runs.root / f"stop-{stop}-{callback}"
+    common = ["--max-epochs", "3", "--last", "--callback", callback]
+    runs.run(out, [*common, *STOPS[stop]], rc=None if stop == "sigterm" else 0)
+    stopped = _lines(out)
+    assert 0 < len(stopped) < 48  # max_time: wherever the clock stops it (22 steps otherwise)
+    assert (out / "last" / "last.ckpt").exists()
+    runs.run(out, [*common, "--ckpt", "last"])
+    reference = _lines(runs.reference("default", 4, callback=callback))
+    lines = _lines(out)
+    assert len(lines) == len(reference) == 48  # 3 epochs x 16 batches, none lost or repeated
+    assert lines == reference
