@@ -74,24 +74,24 @@ class TrainedBatches:
 def trained_position(trainer: pl.Trainer) -> TrainedPosition:
     """Lightning's count of what was trained, read from its fit loop (restored or live).
 
-    The epoch is the last one started (``epoch_progress.started - 1``): a checkpoint written
-    by the epoch-end hooks of an epoch that ``max_steps`` or ``max_time`` cut short, or after
-    the fit ended, says the epoch is over, but its batch count is still that epoch's.
+    ``epoch`` is Lightning's epoch (``current_epoch``) and ``batches`` the batches trained in
+    the epoch its epoch loop ran last. The two can be one epoch apart: a checkpoint written
+    after the epoch-end hooks of an epoch that ``max_steps`` or ``max_time`` cut short (or
+    after the fit ended) already counts the next epoch, with the cut epoch's batch count.
     """
-    fit = trainer.fit_loop
-    epochs: Any = fit.epoch_progress.current  # typed as the base tracker; it has them all
-    epoch = int(epochs.started) - 1
-    counted: Any = fit.epoch_loop.batch_progress.current
-    batches = int(counted.processed)
-    if epoch < 0:
-        return TrainedPosition(0, 0)
-    return TrainedPosition(epoch, batches)
+    epochs: Any = trainer.fit_loop.epoch_progress.current
+    counted: Any = trainer.fit_loop.epoch_loop.batch_progress.current
+    return TrainedPosition(int(epochs.completed), int(counted.processed))
 
 
 def resume_mismatch(
     trained: TrainedPosition, data: tuple[int, int], *, step_samples: int, step: int
 ) -> str | None:
     """Why a data position is not the one Lightning's counters describe; ``None`` if it is.
+
+    The batches Lightning counts belong to its epoch or to the one before (see
+    :func:`trained_position`); the data position must be that many batches into one of
+    them, or the start of the epoch after a counted one.
 
     Args:
         trained: Lightning's restored (or live) count, :func:`trained_position`.
@@ -103,22 +103,22 @@ def resume_mismatch(
         The message of a :class:`~lightning_resumable_data.DataPositionError`, or ``None``.
     """
     epoch, consumed = data
-    if consumed > 0:
-        agree = trained.epoch == epoch and consumed // step_samples == trained.batches
-    else:  # the start of an epoch: nothing of it trained, or the previous one finished
-        agree = (trained.epoch, trained.batches) == (epoch, 0) or (
-            trained.epoch == epoch - 1 and trained.batches > 0
-        )
-    if agree:
-        return None
+    for counted in {trained.epoch, max(0, trained.epoch - 1)}:
+        if consumed > 0:
+            if counted == epoch and consumed // step_samples == trained.batches:
+                return None
+        elif (counted, trained.batches) == (epoch, 0) or (
+            counted == epoch - 1 and trained.batches > 0
+        ):  # the start of an epoch: nothing of it trained, or the one before finished
+            return None
     return (
         f"The data position does not match the trainer's progress at global step {step}: "
-        f"Lightning counts {trained.batches} batches trained in epoch {trained.epoch} "
-        f"(expected data position: epoch {trained.epoch}, sample "
-        f"{trained.batches * step_samples}), but the loader would continue from epoch "
-        f"{epoch}, sample {consumed}. Training on would replay or skip data. This happens "
-        "when a data position from another checkpoint reached this fit (e.g. restored "
-        "by hand, or by an older version of this library); resume with "
+        f"Lightning counts {trained.batches} batches trained in epoch {trained.epoch} (or, "
+        f"after a stop, in epoch {max(0, trained.epoch - 1)}), that is sample "
+        f"{trained.batches * step_samples} of that epoch, but the loader would continue "
+        f"from epoch {epoch}, sample {consumed}. Training on would replay or skip data. "
+        "This happens when a data position from another checkpoint reached this fit (e.g. "
+        "restored by hand, or by an older version of this library); resume with "
         "trainer.fit(..., ckpt_path=...) from one checkpoint, or pass "
         "ResumableDataCallback(verify='warn') to go on regardless."
     )
