@@ -120,7 +120,7 @@ def test_the_check_fires_on_a_checkpoint_written_one_batch_behind(
     )
     monkeypatch.setattr(TrainedBatches, "__call__", behind)
     with pytest.raises(DataPositionError, match=r"global step 5.*5 batches trained in epoch 0"):
-        _trainer(tmp_path / "b", max_epochs=1).fit(
+        _trainer(tmp_path / "b", ResumableDataCallback(verify="raise"), max_epochs=1).fit(
             IdsModel(),
             datamodule=ResumableDataModule(dataset, batch_size=8),
             ckpt_path=tmp_path / "a" / "ckpt" / "step=5.ckpt",
@@ -134,7 +134,9 @@ def test_the_check_fires_on_a_position_loaded_outside_fit(
     """Defect 2 injected: a checkpoint's position reaches a fit without ckpt_path."""
     dataset = TensorDataset(torch.arange(120))
     datamodule = ResumableDataModule(dataset, batch_size=8)
-    trainer = _trainer(tmp_path, _every_5(tmp_path), max_steps=10)
+    trainer = _trainer(
+        tmp_path, _every_5(tmp_path), ResumableDataCallback(verify="raise"), max_steps=10
+    )
     trainer.fit(IdsModel(), datamodule=datamodule)
     saved = torch.load(tmp_path / "ckpt" / "step=5.ckpt", weights_only=False)
     datamodule.trainer = None  # loaded outside any fit: what evaluating once did
@@ -142,7 +144,7 @@ def test_the_check_fires_on_a_position_loaded_outside_fit(
     if same_trainer:
         trainer.fit_loop.epoch_loop.max_steps = 12
     else:
-        trainer = _trainer(tmp_path / "new", max_steps=3)
+        trainer = _trainer(tmp_path / "new", ResumableDataCallback(verify="raise"), max_steps=3)
     with pytest.raises(DataPositionError, match="does not match the trainer's progress"):
         trainer.fit(IdsModel(), datamodule=datamodule)
 
@@ -180,7 +182,7 @@ def test_the_check_fires_when_a_stopped_epoch_would_count_as_done(
         callback_module, "align_progress", lambda trainer, epoch, consumed, step: consumed // step
     )
     with pytest.raises(DataPositionError, match=r"batch 0 of epoch 2.*sample 32 of epoch 1"):
-        _trainer(tmp_path, max_epochs=3).fit(
+        _trainer(tmp_path, ResumableDataCallback(verify="raise"), max_epochs=3).fit(
             IdsModel(),
             datamodule=ResumableDataModule(dataset, batch_size=8),
             ckpt_path=tmp_path / "ckpt" / "last.ckpt",

@@ -50,10 +50,10 @@ class ResumableDataCallback(pl.Callback):
       restored counters, and brings Lightning's epoch and batch counters to the data
       position (after a ``max_time``, ``max_steps`` or ``should_stop`` stop mid-epoch, whose
       epoch-end hooks ran, ``max_epochs`` then counts whole data epochs).
-    * **Check** (``verify="raise"``, the default): at every training batch, in O(1), the
-      batch Lightning trains must begin where its counters say; otherwise a
-      :class:`~lightning_resumable_data.DataPositionError` names the step, the expected and
-      the actual position.
+    * **Check** (``verify="warn"``, the default): at every training batch, in O(1), the
+      batch Lightning trains must begin where its counters say; otherwise a warning (with
+      ``verify="raise"`` a :class:`~lightning_resumable_data.DataPositionError`) names the
+      step, the expected and the actual position.
     * **Logging**: every ``log_every_n_steps`` steps, logs the weights in force and the
       samples drawn per source this epoch (``data/weight/<source>``,
       ``data/drawn/<source>``) through the trainer's logger.
@@ -106,7 +106,7 @@ class ResumableDataCallback(pl.Callback):
         training_seed: int | None = None,
         policy: Policy | None = None,
         policy_every_n_steps: int | None = None,
-        verify: Verify = "raise",
+        verify: Verify = "warn",
     ) -> None:
         self.phases = tuple(phases)
         for phase in self.phases:

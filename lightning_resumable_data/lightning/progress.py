@@ -159,7 +159,11 @@ def align_progress(trainer: pl.Trainer, epoch: int, consumed: int, step_samples:
     if consumed == 0 and upcoming > 0 and lightning_epoch == epoch:
         # A checkpoint of an epoch's last batch: Lightning has moved to the next epoch but
         # still holds the finished epoch's batch count (counted in the saved layout).
-        _restart_epoch(loop)
+        limit = trainer.num_training_batches
+        if limit == float("inf"):
+            _restart_epoch(loop)
+        else:  # at the epoch's end in this layout Lightning starts the epoch at batch 0
+            _shift(batches, int(limit) - upcoming)
         return 0
     if consumed == 0 and upcoming > 0 and lightning_epoch == epoch - 1:
         # The same, before Lightning moved on: it finishes that epoch with no batch when
