@@ -169,6 +169,14 @@ def test_evaluating_a_checkpoint_does_not_move_the_next_fit(tmp_path: Path) -> N
     assert model.seen == reference.seen
 
 
+def _leave_lightning_one_epoch_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The old behaviour: neither the checkpoint's counters nor Lightning's are aligned."""
+    monkeypatch.setattr(callback_module, "match_epoch_counters", lambda *args: False)
+    monkeypatch.setattr(
+        callback_module, "align_progress", lambda trainer, epoch, consumed, step: consumed // step
+    )
+
+
 def test_the_check_fires_when_a_stopped_epoch_would_count_as_done(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -178,9 +186,7 @@ def test_the_check_fires_when_a_stopped_epoch_would_count_as_done(
     _trainer(tmp_path, last, max_epochs=3, max_steps=12).fit(
         IdsModel(), datamodule=ResumableDataModule(dataset, batch_size=8)
     )
-    monkeypatch.setattr(
-        callback_module, "align_progress", lambda trainer, epoch, consumed, step: consumed // step
-    )
+    _leave_lightning_one_epoch_ahead(monkeypatch)
     with pytest.raises(DataPositionError, match=r"batch 0 of epoch 2.*sample 32 of epoch 1"):
         _trainer(tmp_path, ResumableDataCallback(verify="raise"), max_epochs=3).fit(
             IdsModel(),
@@ -217,9 +223,7 @@ def test_verify_warn_goes_on_with_one_warning(
     _trainer(tmp_path, last, max_epochs=3, max_steps=12).fit(
         IdsModel(), datamodule=ResumableDataModule(dataset, batch_size=8)
     )
-    monkeypatch.setattr(
-        callback_module, "align_progress", lambda trainer, epoch, consumed, step: consumed // step
-    )
+    _leave_lightning_one_epoch_ahead(monkeypatch)
     with pytest.warns(ResumeWarning, match="Data position check failed") as caught:
         _trainer(tmp_path, ResumableDataCallback(verify="warn"), max_epochs=3).fit(
             IdsModel(),

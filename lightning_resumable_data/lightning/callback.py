@@ -17,6 +17,8 @@ from lightning_resumable_data.lightning.mixing import OnlineMixer, Policy
 from lightning_resumable_data.lightning.progress import (
     TrainedBatches,
     align_progress,
+    data_position,
+    match_epoch_counters,
     resume_mismatch,
     trained_position,
 )
@@ -50,10 +52,10 @@ class ResumableDataCallback(pl.Callback):
       restored counters, and brings Lightning's epoch and batch counters to the data
       position (after a ``max_time``, ``max_steps`` or ``should_stop`` stop mid-epoch, whose
       epoch-end hooks ran, ``max_epochs`` then counts whole data epochs).
-    * **Check** (``verify="warn"``, the default): at every training batch, in O(1), the
-      batch Lightning trains must begin where its counters say; otherwise a warning (with
-      ``verify="raise"`` a :class:`~lightning_resumable_data.DataPositionError`) names the
-      step, the expected and the actual position.
+    * **Check** (``verify="raise"``, the default): at every training batch, in O(1), the
+      batch Lightning trains must begin where its counters say; otherwise a
+      :class:`~lightning_resumable_data.DataPositionError` names the step, the expected and
+      the actual position.
     * **Logging**: every ``log_every_n_steps`` steps, logs the weights in force and the
       samples drawn per source this epoch (``data/weight/<source>``,
       ``data/drawn/<source>``) through the trainer's logger.
@@ -106,7 +108,7 @@ class ResumableDataCallback(pl.Callback):
         training_seed: int | None = None,
         policy: Policy | None = None,
         policy_every_n_steps: int | None = None,
-        verify: Verify = "warn",
+        verify: Verify = "raise",
     ) -> None:
         self.phases = tuple(phases)
         for phase in self.phases:
@@ -340,8 +342,19 @@ class ResumableDataCallback(pl.Callback):
     def on_load_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
     ) -> None:
-        """Refuse a checkpoint that holds no data position: it would restart the epoch."""
+        """Match Lightning's epoch counters to the data; refuse a checkpoint without data.
+
+        A checkpoint of a fit stopped mid-epoch counts the epoch as done (its epoch-end hooks
+        ran), and one written after a resume from an epoch's last batch counts the next
+        epoch as not started; the loop counters are rewritten, before Lightning restores
+        them, to where the data is (:func:`~.progress.match_epoch_counters`).
+        """
         datamodule = getattr(trainer, "datamodule", None)
+        key = type(datamodule).__qualname__ if isinstance(datamodule, ResumableDataModule) else None
+        position = data_position(checkpoint, key)
+        fitting = getattr(getattr(trainer, "state", None), "fn", None) == TrainerFn.FITTING
+        if position is not None and fitting:
+            match_epoch_counters(checkpoint, *position)
         if not isinstance(datamodule, ResumableDataModule) or datamodule.allow_config_change:
             return
         state = checkpoint.get(type(datamodule).__qualname__)

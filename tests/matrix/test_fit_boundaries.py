@@ -10,15 +10,22 @@ with none (the DataModule installs it: the documented default), compared batch b
 * a fit stopped in the middle of an epoch by ``max_steps``, ``should_stop``, ``max_time`` or
   SIGTERM (a preemption: Lightning raises at the batch's end and ``on_exception`` saves),
   whose epoch-end hooks ran, then ``trainer.fit(..., ckpt_path="last")`` with the same
-  ``max_epochs`` (the SLURM resubmission pattern): every epoch is trained, none lost.
+  ``max_epochs`` (the SLURM resubmission pattern): every epoch is trained, none lost;
+* the same job stopped three times, with ``last.ckpt`` written at epoch ends (the default)
+  or every 16 steps (then at each epoch's last batch): stops in every epoch, each resumed
+  from ``last.ckpt``; the batches after the checkpoint a stop left are trained again, as
+  in any resume, and nothing else.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from faults.runner import ForkServer
 
 from matrix.harness import SCRIPT, Runs, ledger
@@ -88,3 +95,33 @@ def test_a_fit_stopped_mid_epoch_resumed_from_last_trains_every_epoch(
     lines = _lines(out)
     assert len(lines) == len(reference) == 48  # 3 epochs x 16 batches, none lost or repeated
     assert lines == reference
+
+
+@pytest.mark.parametrize("last_every", [0, 16])
+@pytest.mark.parametrize("stop", ["max_steps", "should_stop"])
+def test_a_job_stopped_three_times_trains_every_epoch_once(
+    runs: Runs, stop: str, last_every: int
+) -> None:
+    """Stops at steps 10, 22 and 40 (epochs 0, 1, 2), each resumed with ``ckpt_path="last"``."""
+    out = runs.root / f"stops-{stop}-{last_every}"
+    common = ["--max-epochs", "3", "--last", "--last-every", str(last_every), "--callback", "none"]
+    for leg, at in enumerate([10, 22, 40, None]):
+        args = [*common]
+        if at is not None:
+            args += ["--max-steps", str(at)] if stop == "max_steps" else []
+            args += ["--stop", "should_stop", "--stop-step", str(at)] if stop != "max_steps" else []
+        if leg:  # resubmitted: what was trained after last.ckpt is trained again
+            step = torch.load(out / "last" / "last.ckpt", weights_only=False)["global_step"]
+            _forget_after(out, step)
+            args += ["--ckpt", "last"]
+        runs.run(out, args)
+    reference = _lines(runs.reference("default", 4, callback="none"))
+    assert _lines(out) == reference
+    assert len(reference) == 48
+
+
+def _forget_after(out: Path, step: int) -> None:
+    """Drop the ledger lines of the optimizer steps from ``step`` on."""
+    for path in out.glob("ids_rank*.jsonl"):
+        lines = path.read_text().splitlines()
+        path.write_text("".join(x + "\n" for x in lines if json.loads(x)["step"] < step))

@@ -129,6 +129,9 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument(
         "--last", action="store_true", help="only OUT/last/: ModelCheckpoint(save_last=True)"
     )
+    parser.add_argument(
+        "--last-every", type=int, default=0, help="--last checkpoints every N steps instead"
+    )
     parser.add_argument("--stop", choices=("should_stop", "sigterm"), help="stop at --stop-step")
     parser.add_argument("--stop-step", type=int, default=0)
     parser.add_argument("--max-time", type=float, help="seconds (Trainer(max_time=...))")
@@ -208,7 +211,12 @@ def make_trainer(args: argparse.Namespace, phases: list[MixturePhase]) -> pl.Tra
         )
     if args.last:
         callbacks.append(
-            ModelCheckpoint(dirpath=args.out / "last", save_last=True, save_on_exception=True)
+            ModelCheckpoint(
+                dirpath=args.out / "last",
+                save_last=True,
+                save_on_exception=True,
+                every_n_train_steps=args.last_every or None,
+            )
         )
     if args.stop is not None:
         callbacks.append(Stop(args.stop, args.stop_step))
