@@ -169,6 +169,16 @@ def test_evaluating_a_checkpoint_does_not_move_the_next_fit(tmp_path: Path) -> N
     assert model.seen == reference.seen
 
 
+def _stopped_in_epoch_1(root: Path, model: IdsModel) -> TensorDataset:
+    """``max_steps=12`` stops epoch 1 of 64 samples, batch 8, half-way; ``last.ckpt`` saved."""
+    dataset = TensorDataset(torch.arange(64))
+    last = ModelCheckpoint(dirpath=root / "ckpt", save_last=True)
+    _trainer(root, last, max_epochs=3, max_steps=12).fit(
+        model, datamodule=ResumableDataModule(dataset, batch_size=8)
+    )
+    return dataset
+
+
 def _leave_lightning_one_epoch_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
     """The old behaviour: neither the checkpoint's counters nor Lightning's are aligned."""
     monkeypatch.setattr(callback_module, "match_epoch_counters", lambda *args: False)
@@ -181,11 +191,7 @@ def test_the_check_fires_when_a_stopped_epoch_would_count_as_done(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Defect 3 injected: Lightning's counters are left one epoch ahead of the data."""
-    dataset = TensorDataset(torch.arange(64))
-    last = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)
-    _trainer(tmp_path, last, max_epochs=3, max_steps=12).fit(
-        IdsModel(), datamodule=ResumableDataModule(dataset, batch_size=8)
-    )
+    dataset = _stopped_in_epoch_1(tmp_path, IdsModel())
     _leave_lightning_one_epoch_ahead(monkeypatch)
     with pytest.raises(DataPositionError, match=r"batch 0 of epoch 2.*sample 32 of epoch 1"):
         _trainer(tmp_path, ResumableDataCallback(verify="raise"), max_epochs=3).fit(
@@ -203,10 +209,7 @@ def test_a_stopped_epoch_resumed_from_last_is_finished_and_counted(tmp_path: Pat
         reference, datamodule=ResumableDataModule(dataset, batch_size=8)
     )
     first, resumed = IdsModel(), IdsModel()
-    last = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)
-    _trainer(tmp_path, last, max_epochs=3, max_steps=12).fit(
-        first, datamodule=ResumableDataModule(dataset, batch_size=8)
-    )
+    _stopped_in_epoch_1(tmp_path, first)
     trainer = _trainer(
         tmp_path, ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True), max_epochs=3
     )
@@ -218,11 +221,7 @@ def test_a_stopped_epoch_resumed_from_last_is_finished_and_counted(tmp_path: Pat
 def test_verify_warn_goes_on_with_one_warning(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    dataset = TensorDataset(torch.arange(64))
-    last = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)
-    _trainer(tmp_path, last, max_epochs=3, max_steps=12).fit(
-        IdsModel(), datamodule=ResumableDataModule(dataset, batch_size=8)
-    )
+    dataset = _stopped_in_epoch_1(tmp_path, IdsModel())
     _leave_lightning_one_epoch_ahead(monkeypatch)
     with pytest.warns(ResumeWarning, match="Data position check failed") as caught:
         _trainer(tmp_path, ResumableDataCallback(verify="warn"), max_epochs=3).fit(

@@ -11,14 +11,16 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
+from lightning_resumable_data.lightning.checkpoint_counters import (
+    data_position,
+    match_epoch_counters,
+)
 from lightning_resumable_data.lightning.datamodule import ResumableDataModule, _phase_dict
 from lightning_resumable_data.lightning.guard import PositionGuard, Verify
 from lightning_resumable_data.lightning.mixing import OnlineMixer, Policy
 from lightning_resumable_data.lightning.progress import (
     TrainedBatches,
     align_progress,
-    data_position,
-    match_epoch_counters,
     resume_mismatch,
     trained_position,
 )
@@ -208,7 +210,6 @@ class ResumableDataCallback(pl.Callback):
         self, trainer: pl.Trainer, loader: StatefulDataLoader, restored: RestoredPosition | None
     ) -> None:
         """Check the position this fit starts from, and align Lightning's counters with it."""
-        loader.layout_change = None
         if restored is not None:
             epoch, consumed = restored.epoch, restored.consumed
         else:  # Lightning may have fetched ahead already: the state counts what it trained
@@ -347,7 +348,7 @@ class ResumableDataCallback(pl.Callback):
         A checkpoint of a fit stopped mid-epoch counts the epoch as done (its epoch-end hooks
         ran), and one written after a resume from an epoch's last batch counts the next
         epoch as not started; the loop counters are rewritten, before Lightning restores
-        them, to where the data is (:func:`~.progress.match_epoch_counters`).
+        them, to where the data is (:func:`~.checkpoint_counters.match_epoch_counters`).
         """
         datamodule = getattr(trainer, "datamodule", None)
         key = type(datamodule).__qualname__ if isinstance(datamodule, ResumableDataModule) else None

@@ -55,25 +55,24 @@ class PositionGuard:
         """Batch ``batch`` of ``epoch`` begins at sample ``consumed`` (a fit's start)."""
         self._anchor = (epoch, batch, consumed)
 
+    def expected(self, epoch: int, batch: int, step_samples: int) -> int:
+        """Where batch ``batch`` of ``epoch`` begins, by the trainer's counters."""
+        anchor_epoch, anchor_batch, anchor_consumed = self._anchor
+        if epoch == anchor_epoch:
+            return anchor_consumed + (batch - anchor_batch) * step_samples
+        return batch * step_samples
+
     def matches(self, handed: BatchPosition, epoch: int, batch: int, step_samples: int) -> bool:
         """Whether batch ``batch`` of the trainer's ``epoch`` begins at ``handed``."""
-        anchor_epoch, anchor_batch, anchor_consumed = self._anchor
-        return handed.epoch == epoch and handed.consumed == (
-            anchor_consumed + (batch - anchor_batch) * step_samples
-            if epoch == anchor_epoch
-            else batch * step_samples
-        )
+        return handed == (epoch, self.expected(epoch, batch, step_samples))
 
     def check(
         self, handed: BatchPosition, *, epoch: int, batch: int, step: int, step_samples: int
     ) -> None:
         """Report unless batch ``batch`` of the trainer's ``epoch`` begins at ``handed``."""
-        if self.matches(handed, epoch, batch, step_samples):
+        expected = self.expected(epoch, batch, step_samples)
+        if handed == (epoch, expected):
             return
-        anchor_epoch, anchor_batch, anchor_consumed = self._anchor
-        expected = batch * step_samples
-        if epoch == anchor_epoch:
-            expected = anchor_consumed + (batch - anchor_batch) * step_samples
         self.report(
             f"Data position check failed at global step {step}: the trainer is about to "
             f"train batch {batch} of epoch {epoch}, which begins at sample {expected} of "
