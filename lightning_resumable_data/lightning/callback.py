@@ -210,24 +210,19 @@ class ResumableDataCallback(pl.Callback):
         self, trainer: pl.Trainer, loader: StatefulDataLoader, restored: RestoredPosition | None
     ) -> None:
         """Check the position this fit starts from, and align Lightning's counters with it."""
-        if restored is not None:
-            epoch, consumed = restored.epoch, restored.consumed
-        else:  # Lightning may have fetched ahead already: the state counts what it trained
-            state = loader.state_dict()
-            epoch, consumed = int(state["epoch"]), int(state["consumed"])
         step_samples = loader.samples_per_step
-        trained = trained_position(trainer)
-        if restored is not None:  # check in the layout that saved it
-            problem = resume_mismatch(
-                trained,
-                (restored.epoch, restored.consumed),
-                step_samples=restored.step_samples,
-                step=trainer.global_step,
-            )
-        else:  # a fresh fit, or one continuing the live position
-            problem = resume_mismatch(
-                trained, (epoch, consumed), step_samples=step_samples, step=trainer.global_step
-            )
+        if restored is not None:  # checked in the layout that saved it
+            epoch, consumed, saved_step_samples = restored
+        else:  # a fresh fit, or one continuing the live position (the state counts what
+            state = loader.state_dict()  # Lightning trained, whatever it fetched ahead)
+            epoch, consumed = int(state["epoch"]), int(state["consumed"])
+            saved_step_samples = step_samples
+        problem = resume_mismatch(
+            trained_position(trainer),
+            (epoch, consumed),
+            step_samples=saved_step_samples,
+            step=trainer.global_step,
+        )
         if problem is not None:
             self.guard.report(problem)
         batch = align_progress(trainer, epoch, consumed, step_samples)
