@@ -398,11 +398,8 @@ class StatefulDataLoader(_TorchdataLoader[T_co]):
 
     def _epoch_done(self, progress: Progress) -> bool:
         """Whether the position is at the end of its epoch (position mode only)."""
-        sampler = self.position_sampler
-        if self.resume_mode != "position" or not isinstance(sampler, PositionSampler):
-            return False
         consumed = self._consumed(progress, progress.batches_yielded)
-        return consumed > 0 and self._batches_left(sampler, consumed) == 0
+        return consumed > 0 and self.ends_epoch(consumed)
 
     def _rank_samples_before_limit(self, sampler: PositionSampler, consumed: int) -> int | None:
         """Samples of this rank in ``[consumed, epoch limit)``; ``None`` without a limit."""
@@ -419,6 +416,22 @@ class StatefulDataLoader(_TorchdataLoader[T_co]):
         when the epoch's samples are used up.
         """
         return super().__len__()
+
+    @property
+    def epoch_limit(self) -> int | None:
+        """Global samples every epoch ends at (:meth:`set_epoch_limit`); ``None``: no limit."""
+        return self._epoch_limit
+
+    def ends_epoch(self, consumed: int) -> bool:
+        """Whether an epoch of this loader has nothing left after ``consumed`` global samples.
+
+        Its samples are used up, or the epoch limit (:meth:`set_epoch_limit`) is reached;
+        position mode only (otherwise ``False``).
+        """
+        sampler = self.position_sampler
+        if self.resume_mode != "position" or not isinstance(sampler, PositionSampler):
+            return False
+        return self._batches_left(sampler, consumed) == 0
 
     def _batches_left(self, sampler: PositionSampler, consumed: int) -> int:
         if self._epoch_limit is not None and consumed >= self._epoch_limit:

@@ -29,6 +29,7 @@ from lightning_resumable_data import (
     ResumableDataCallback,
     ResumableDataModule,
     ResumeWarning,
+    StateMismatchError,
 )
 from lightning_resumable_data.lightning import callback as callback_module
 from lightning_resumable_data.lightning.progress import TrainedBatches
@@ -254,3 +255,28 @@ def test_a_tensor_is_a_dataset_and_an_iterable_dataset_is_refused_clearly() -> N
 
 def test_ledger_json_is_plain() -> None:  # the records above compare as JSON would
     assert json.loads(json.dumps([(0, 1, [2])])) == [[0, 1, [2]]]
+
+
+def test_a_position_past_an_int_limit_of_the_new_layout_is_refused_clearly(tmp_path: Path) -> None:
+    """``limit_train_batches=5`` is 40 samples at batch 8, 20 at batch 4: 24 trained."""
+    dataset = TensorDataset(torch.arange(64))
+    every_step = ModelCheckpoint(
+        dirpath=tmp_path / "ckpt", filename="{step}", every_n_train_steps=1, save_top_k=-1
+    )
+    _trainer(tmp_path, every_step, max_steps=3, limit_train_batches=5).fit(
+        IdsModel(), datamodule=ResumableDataModule(dataset, batch_size=8)
+    )
+    with pytest.raises(StateMismatchError, match="ends an epoch after 20 samples in this layout"):
+        _trainer(tmp_path / "b", max_epochs=2, limit_train_batches=5).fit(
+            IdsModel(),
+            datamodule=ResumableDataModule(dataset, batch_size=4),
+            ckpt_path=tmp_path / "ckpt" / "step=3.ckpt",
+        )
+
+
+def test_the_callback_over_a_plain_dataloader_says_it_cannot_help(tmp_path: Path) -> None:
+    model = IdsModel()
+    loader = torch.utils.data.DataLoader(TensorDataset(torch.arange(16)), batch_size=8)
+    with pytest.warns(ResumeWarning, match="found no lightning_resumable_data.StatefulDataLoader"):
+        _trainer(tmp_path, ResumableDataCallback(), max_epochs=1).fit(model, loader)
+    assert len(model.seen) == 2

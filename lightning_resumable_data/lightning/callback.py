@@ -8,7 +8,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.trainer.states import TrainerFn
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from typing_extensions import override
 
 from lightning_resumable_data.lightning.checkpoint_counters import (
@@ -32,7 +32,7 @@ from lightning_resumable_data.seeding import (
     seed_training_step,
     seed_validation_batch,
 )
-from lightning_resumable_data.state import StateMismatchError
+from lightning_resumable_data.state import ResumeWarning, StateMismatchError
 
 __all__ = ["ResumableDataCallback"]
 
@@ -198,6 +198,14 @@ class ResumableDataCallback(pl.Callback):
         loader = self.train_loader(trainer)
         self._epoch_started = False
         if loader is None:
+            rank_zero_warn(
+                "ResumableDataCallback found no lightning_resumable_data.StatefulDataLoader "
+                "among the training loaders, so it cannot keep the data position exact: a "
+                "resume replays or skips what a plain DataLoader does. Use "
+                "ResumableDataModule, or return a lightning_resumable_data.StatefulDataLoader "
+                "from train_dataloader.",
+                category=ResumeWarning,
+            )
             return
         self.mixer.loader = loader
         self._set_limit(trainer, loader)  # before the position: it may end the epoch
@@ -211,16 +219,20 @@ class ResumableDataCallback(pl.Callback):
     ) -> None:
         """Check the position this fit starts from, and align Lightning's counters with it."""
         step_samples = loader.samples_per_step
-        if restored is not None:  # checked in the layout that saved it
-            epoch, consumed, saved_step_samples = restored
+        if restored is not None:
+            epoch, consumed = restored.epoch, restored.consumed
+            _check_within_limit(trainer, loader, consumed, restored.step_samples)
+            if consumed and loader.ends_epoch(consumed):  # cut by this layout's limit
+                epoch, consumed = epoch + 1, 0
         else:  # a fresh fit, or one continuing the live position (the state counts what
             state = loader.state_dict()  # Lightning trained, whatever it fetched ahead)
             epoch, consumed = int(state["epoch"]), int(state["consumed"])
-            saved_step_samples = step_samples
+        # what was restored is checked in the layout that saved it
+        saved = restored or RestoredPosition(epoch, consumed, step_samples)
         problem = resume_mismatch(
             trained_position(trainer),
-            (epoch, consumed),
-            step_samples=saved_step_samples,
+            (saved.epoch, saved.consumed),
+            step_samples=saved.step_samples,
             step=trainer.global_step,
         )
         if problem is not None:
@@ -410,6 +422,28 @@ class ResumableDataCallback(pl.Callback):
                 "ResumableDataCallback(training_seed=...) to choose another."
             )
             self._seed = saved
+
+
+def _check_within_limit(
+    trainer: pl.Trainer, loader: StatefulDataLoader, consumed: int, saved_step_samples: int
+) -> None:
+    """Refuse a resumed epoch already past this layout's ``limit_train_batches`` cut.
+
+    An int ``limit_train_batches`` counts batches of the current layout: after a change of
+    batch or world size it cuts the epoch at another sample. A position past that cut
+    cannot end the epoch where either run would have.
+    """
+    limit = loader.epoch_limit
+    if limit is None or consumed <= limit:
+        return
+    raise StateMismatchError(
+        f"Cannot resume: the checkpoint is {consumed} samples into its epoch "
+        f"({consumed // saved_step_samples} batches of {saved_step_samples} samples), but "
+        f"limit_train_batches={trainer.limit_train_batches} ends an epoch after {limit} "
+        f"samples in this layout ({loader.samples_per_step} samples a batch). Resume with "
+        "the saved batch and world size until the epoch ends, or give "
+        "limit_train_batches as a fraction (the same samples in every layout)."
+    )
 
 
 def _micro_batch(trainer: pl.Trainer, pl_module: pl.LightningModule, batch_idx: int) -> int:

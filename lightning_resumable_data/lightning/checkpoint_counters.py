@@ -34,8 +34,15 @@ def match_epoch_counters(checkpoint: dict[str, Any], epoch: int, consumed: int) 
       so the checkpoint of that epoch's last batch looks like the time between two epochs
       and the resume would read the epoch again. The data is at the start of ``epoch``
       (``consumed == 0``) and Lightning counts no epoch ``epoch - 1`` as started: it is.
+    * **A finished epoch with its batch count.** A checkpoint written in the epoch-end
+      hooks of ``epoch - 1``, or after them (``last.ckpt`` at the fit's end), keeps that
+      epoch's batch count; with ``max_steps`` set Lightning always resumes as a restart, and
+      trains one batch more in the finished epoch, or none of the next. The data is at the
+      start of ``epoch``: the counters become "between two epochs", no batch of ``epoch``
+      trained.
 
-    The batch counters are left as they are: they count the batches of that epoch.
+    Otherwise the batch counters are left as they are: they count the batches of that
+    epoch.
 
     Args:
         checkpoint: The checkpoint dict Lightning loaded; changed in place.
@@ -70,16 +77,30 @@ def match_epoch_counters(checkpoint: dict[str, Any], epoch: int, consumed: int) 
         in_epoch = counts[3] == epoch or counts[2] == epoch + 1  # its end counted, or after
         if not in_epoch or counts[2:] == (epoch, epoch):
             return False  # not the epoch that just ended, or already in its middle
-        started = epoch  # the counters of the middle of `epoch`
-    else:
-        trained: Any = batches.get("current") if isinstance(batches, dict) else None
-        if epoch == 0 or counts != (epoch - 1,) * 4 or not (trained or {}).get("processed"):
-            return False
-        started = epoch - 1  # the counters of the end of `epoch - 1`'s last batch
-    mid_epoch = {"ready": started + 1, "started": started + 1}
-    mid_epoch |= {"processed": started, "completed": started}
-    progress["current"], progress["total"] = dict(mid_epoch), dict(mid_epoch)
-    return True
+        _set_epochs(progress, started=epoch + 1, done=epoch)  # in the middle of `epoch`
+        return True
+    trained: Any = batches.get("current") if isinstance(batches, dict) else None
+    if epoch == 0 or not isinstance(trained, dict) or not trained.get("processed"):
+        return False
+    if counts == (epoch - 1,) * 4:  # never counted as started: after its last batch
+        _set_epochs(progress, started=epoch, done=epoch - 1)
+        return True
+    if counts in ((epoch, epoch, epoch, epoch - 1), (epoch,) * 4):
+        # In the epoch-end hooks of `epoch - 1`, or after them, with its batch count still
+        # there: between two epochs, where nothing of `epoch` was trained.
+        _set_epochs(progress, started=epoch, done=epoch)
+        for name in _COUNTS:
+            trained[name] = 0
+        assert isinstance(batches, dict)
+        batches["is_last_batch"] = False
+        return True
+    return False
+
+
+def _set_epochs(progress: dict[str, Any], *, started: int, done: int) -> None:
+    """Epoch counters: ``started`` epochs ready and started, ``done`` processed and completed."""
+    counters = {"ready": started, "started": started, "processed": done, "completed": done}
+    progress["current"], progress["total"] = dict(counters), dict(counters)
 
 
 def data_position(checkpoint: dict[str, Any], datamodule_key: str | None) -> tuple[int, int] | None:

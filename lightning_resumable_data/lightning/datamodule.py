@@ -463,8 +463,8 @@ class ResumableDataModule(pl.LightningDataModule):
         Raises:
             StateMismatchError: The configuration changed and the change was not allowed.
         """
-        trainer = self.trainer
-        if trainer is not None and trainer.state.fn != TrainerFn.FITTING:
+        stage = getattr(getattr(self.trainer, "state", None), "fn", None)  # None: no trainer
+        if stage is not None and stage != TrainerFn.FITTING:
             return
         saved = state_dict.get("config") if isinstance(state_dict, Mapping) else None
         if not isinstance(saved, Mapping):

@@ -125,3 +125,21 @@ def _forget_after(out: Path, step: int) -> None:
     for path in out.glob("ids_rank*.jsonl"):
         lines = path.read_text().splitlines()
         path.write_text("".join(x + "\n" for x in lines if json.loads(x)["step"] < step))
+
+
+@pytest.mark.parametrize(
+    "first",
+    [["--max-epochs", "1"], ["--max-steps", "16"], ["--stop", "should_stop", "--stop-step", "16"]],
+)
+def test_a_finished_epoch_resumed_with_max_steps_starts_the_next(
+    runs: Runs, first: list[str]
+) -> None:
+    """The first fit ends with epoch 0 (``last.ckpt`` by its end hooks or at the fit's end);
+    the resumed one sets ``max_steps`` (Lightning then always restarts, and on its own
+    trained one more batch of epoch 0, or none of epoch 1)."""
+    out = runs.root / ("finished-" + "-".join(first).replace("--", ""))
+    common = ["--last", "--callback", "none"]
+    runs.run(out, [*common, "--max-epochs", "3", *first])  # the last --max-epochs counts
+    assert len(_lines(out)) == 16
+    runs.run(out, [*common, "--max-epochs", "3", "--max-steps", "48", "--ckpt", "last"])
+    assert _lines(out) == _lines(runs.reference("default", 4, callback="none"))
