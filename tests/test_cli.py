@@ -349,9 +349,9 @@ def test_plan_table(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     rows = [line.split() for line in out.splitlines()]
     assert ["0", "initial", "0-3", "16", "1", "web", "0.6", "60.0%", "9"] in rows
     assert ["code", "0.3", "30.0%", "5"] in rows
-    assert ["1", "start_step", "4", "4-9", "24", "1", "web", "0.1", "10.0%", "1"] in rows
-    assert ["math", "0.7", "70.0%", "17"] in rows  # where phase 1 stops depends on the seed
-    assert ["math", "12", "19", "1.58"] in rows  # 2 + 17 drawn from 12 samples
+    assert ["1", "start_step", "4", "4-9", "24", "1", "web", "0.1", "10.0%", "2"] in rows
+    assert ["math", "0.7", "70.0%", "18"] in rows  # where phase 1 stops depends on the seed
+    assert ["math", "12", "20", "1.67"] in rows  # 2 + 18 drawn from 12 samples
 
 
 def test_plan_matches_the_real_run(

@@ -3,7 +3,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import lightning_resumable_data.index.arrangement as arrangement_module
 import lightning_resumable_data.index.mixture as mixture
 from lightning_resumable_data.index.arrangement import MAX_SEGMENT, Arrangement
 from lightning_resumable_data.index.mixture import (
@@ -13,15 +12,6 @@ from lightning_resumable_data.index.mixture import (
     source_samples,
     target_counts,
 )
-
-LEAF, BLOCK = 4, 16  # deep trees and several stratified blocks with small inputs
-
-
-@pytest.fixture
-def small_leaves(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(arrangement_module, "LEAF_SIZE", LEAF)
-    monkeypatch.setattr(arrangement_module, "BLOCK_SIZE", BLOCK)
-
 
 weights = st.lists(st.floats(0, 100, allow_nan=False), min_size=1, max_size=6).filter(
     lambda w: sum(w) > 0
@@ -48,24 +38,13 @@ def test_temperature_limits() -> None:
     assert mixture_probabilities([0.0, 1.0], 50.0)[0] == 0  # zero weight stays zero
 
 
-def assert_draws_in_leaf_order(labels: np.ndarray, draws: np.ndarray, counts: list[int]) -> None:
-    """The relaxed time order: a source's draws in a leaf are a permutation of a contiguous
-    range, and the ranges follow each other leaf after leaf (so all draws are 0..count-1)."""
-    leaves = np.arange(len(labels)) // LEAF
+def assert_draws_in_time_order(labels: np.ndarray, draws: np.ndarray, counts: list[int]) -> None:
+    """A source's k-th position in the segment is its draw k: strictly in time order."""
     for j, c in enumerate(counts):
-        mine, leaf = draws[labels == j], leaves[labels == j]
-        assert sorted(mine.tolist()) == list(range(c))
-        for k in np.unique(leaf).tolist():
-            inside = np.sort(mine[leaf == k])
-            assert inside.tolist() == list(range(int(inside[0]), int(inside[0]) + len(inside)))
-        if len(mine):  # the last draw of a leaf comes before the first of the next leaf
-            ends = np.maximum.accumulate(mine)
-            later = np.flatnonzero(mine < ends)  # a draw smaller than one before it
-            assert (leaf[later] == leaf[np.searchsorted(ends, mine[later], side="right")]).all()
+        assert draws[labels == j].tolist() == list(range(c))
 
 
-@pytest.mark.usefixtures("small_leaves")
-@given(counts=st.lists(st.integers(0, 40), min_size=1, max_size=4), data=st.data())
+@given(counts=st.lists(st.integers(0, 40), min_size=1, max_size=5), data=st.data())
 @settings(max_examples=150, deadline=None)
 def test_segment_is_an_exact_arrangement_with_random_access(
     counts: list[int], data: st.DataObject
@@ -73,7 +52,7 @@ def test_segment_is_an_exact_arrangement_with_random_access(
     total = sum(counts)
     labels, draws = segment_slice(counts, 3, (1, 2, 3), 0, total)
     assert np.bincount(labels, minlength=len(counts)).tolist() == counts  # exact counts
-    assert_draws_in_leaf_order(labels, draws, counts)
+    assert_draws_in_time_order(labels, draws, counts)
     start = data.draw(st.integers(0, total))
     stop = data.draw(st.integers(start, total))
     part_labels, part_draws = segment_slice(counts, 3, (1, 2, 3), start, stop)
@@ -86,22 +65,50 @@ def test_segment_is_an_exact_arrangement_with_random_access(
     np.testing.assert_array_equal(any_draws, draws[picked])
     before = counts_before(counts, 3, (1, 2, 3), start)
     assert before.tolist() == np.bincount(labels[:start], minlength=len(counts)).tolist()
-    reserved = fresh.reserved(start)  # the leaves meeting [0, start) reserve their draws
-    upto = min(total, -(-start // LEAF) * LEAF)
-    assert reserved.tolist() == np.bincount(labels[:upto], minlength=len(counts)).tolist()
 
 
-@pytest.mark.usefixtures("small_leaves")
-@given(counts=st.lists(st.integers(0, 300), min_size=2, max_size=4))
-@settings(max_examples=50, deadline=None)
-def test_blocks_are_stratified(counts: list[int]) -> None:
+@given(ones=st.integers(0, 1024), log_length=st.integers(1, 10), key=st.integers(0, 2**64 - 1))
+@settings(max_examples=60, deadline=None)
+def test_two_sources_fill_every_aligned_block_with_floor_or_ceil_of_its_share(
+    ones: int, log_length: int, key: int
+) -> None:
+    length = 1 << log_length
+    ones = min(ones, length)
+    labels, _ = Arrangement([length - ones, ones], 0, (key,)).locate(np.arange(length))
+    for level in range(log_length + 1):
+        block = length >> level
+        got = labels.reshape(-1, block).sum(axis=1)
+        share = ones / (1 << level)
+        assert set(got.tolist()) <= {int(np.floor(share)), int(np.ceil(share))}
+
+
+@given(counts=st.lists(st.integers(0, 600), min_size=2, max_size=6), key=st.integers(0, 99))
+@settings(max_examples=60, deadline=None)
+def test_every_window_holds_its_share_within_a_few_samples(counts: list[int], key: int) -> None:
+    # An i.i.d. or uniformly shuffled order strays by about sqrt(p * (1 - p) * width).
     total = sum(counts)
-    labels, _ = segment_slice(counts, 5, (0,), 0, total)
-    depth = max(1, (-(-total // BLOCK) - 1).bit_length())
-    for start in range(0, total, BLOCK):  # each block: its proportional share, +- the depth
-        got = np.bincount(labels[start : start + BLOCK], minlength=len(counts))
-        share = np.array(counts) * (min(total, start + BLOCK) - start) / total
-        assert (np.abs(got - share) <= depth).all()
+    labels, _ = Arrangement(counts, 5, (key,)).locate(np.arange(total))
+    onehot = np.zeros((total + 1, len(counts)))
+    onehot[np.arange(1, total + 1), labels] = 1
+    running = onehot.cumsum(axis=0)
+    share = np.array(counts) / max(total, 1)
+    levels = (len(counts) - 1).bit_length()  # splits a source's positions go through
+    for width in (2, 8, 64, 512):
+        if width <= total:
+            got = running[width:] - running[:-width]
+            bound = levels * (1 + np.log2(width))
+            assert np.abs(got - share * width).max() <= bound
+
+
+def test_every_position_draws_each_source_with_its_share() -> None:
+    counts = [3, 7, 2]  # 12 positions: source j at any position with probability c_j / 12
+    seen = np.zeros((12, 3))
+    for key in range(3000):
+        labels, _ = Arrangement(counts, 11, (key,)).locate(np.arange(12))
+        seen[np.arange(12), labels] += 1
+    expected = np.array(counts) / 12
+    sd = np.sqrt(expected * (1 - expected) / 3000)
+    assert (np.abs(seen / 3000 - expected) < 4.5 * sd).all()
 
 
 @pytest.mark.parametrize("total", [2 * 10**9, 10**12])
@@ -116,11 +123,15 @@ def test_huge_segments_are_exact_on_slices(total: int) -> None:
         back_labels, back_draws = layout.locate(positions[::-1])  # random access
         np.testing.assert_array_equal(back_labels[::-1], labels)
         np.testing.assert_array_equal(back_draws[::-1], draws)
-        leaf = arrangement_module.LEAF_SIZE
-        aligned = start // leaf * leaf  # counts before are exact and additive
-        before = layout.counts_before(aligned)
-        assert before.sum() == aligned
+        before = layout.counts_before(start)  # counts before are exact and additive
+        assert before.sum() == start
         assert (before <= counts).all()
+        np.testing.assert_array_equal(
+            layout.counts_before(start + 3000) - before, np.bincount(labels, minlength=4)
+        )
+        for j in range(4):  # each source's draws continue its count before the slice
+            mine = draws[labels == j]
+            assert mine.tolist() == list(range(before[j], before[j] + len(mine)))
     tail = layout.locate(np.arange(total - 3000, total, dtype=np.int64))[0]
     np.testing.assert_array_equal(
         layout.counts_before(total - 3000) + np.bincount(tail, minlength=4), counts
@@ -133,13 +144,15 @@ def test_segments_past_the_limit_are_refused() -> None:
         Arrangement([MAX_SEGMENT, 1], 0, (0,))
 
 
-def test_arrangement_is_shuffled_and_keyed() -> None:
+def test_arrangement_is_keyed_and_not_periodic() -> None:
     counts = [5000, 5000]
     a, _ = segment_slice(counts, 0, (0,), 0, 10000)
     b, _ = segment_slice(counts, 0, (1,), 0, 10000)
-    assert not np.array_equal(a, b)
-    runs = int((np.diff(a) != 0).sum()) + 1
-    assert 4500 < runs < 5500  # a random arrangement has about n/2 runs, not 2
+    assert 4500 < int((a != b).sum()) < 5500  # another key: another order
+    for stride in (2, 3, 4, 64, 100):  # every residue class (a rank's positions) mixes
+        for r in range(stride):
+            mine = a[r::stride]  # like independent fair coins: sd 0.5 / sqrt(len)
+            assert abs(mine.mean() - 0.5) < 4.5 * 0.5 / np.sqrt(len(mine))
 
 
 @given(size=st.integers(1, 300), passes=st.integers(1, 4))
@@ -169,18 +182,3 @@ def test_bad_weights(w: list[float], match: str) -> None:
 def test_bad_temperature(temperature: float) -> None:
     with pytest.raises(ValueError, match="temperature"):
         mixture_probabilities([1.0], temperature)
-
-
-@pytest.mark.usefixtures("small_leaves")
-def test_leaf_counts_and_slots_follow_a_uniform_shuffle() -> None:
-    # Counts [6, 10] over 16 positions in leaves of 4: a uniform shuffle puts HG(6, 10, 4)
-    # samples of source 0 in the first leaf (mean 1.5, variance 0.75), and source 0 at any
-    # position with probability 6 / 16.
-    firsts, starts = [], []
-    for key in range(1500):
-        labels, _ = Arrangement([6, 10], 11, (key,)).locate(np.arange(16))
-        firsts.append(int((labels[:LEAF] == 0).sum()))
-        starts.append(int(labels[5] == 0))
-    assert abs(np.mean(firsts) - 1.5) < 0.08
-    assert abs(np.var(firsts) - 0.75) < 0.1
-    assert abs(np.mean(starts) - 6 / 16) < 0.045

@@ -146,23 +146,17 @@ def test_realised_proportions_are_the_exact_targets_per_epoch_and_per_phase() ->
 
 
 @pytest.mark.parametrize("change_at", [None, 50])
-def test_no_source_repeats_a_sample_before_using_all_up_to_a_leaf(
-    monkeypatch: pytest.MonkeyPatch, change_at: int | None
-) -> None:
-    leaf = 16
-    monkeypatch.setattr(arrangement_module, "LEAF_SIZE", leaf)
+def test_each_source_is_read_in_passes_strictly_in_time_order(change_at: int | None) -> None:
     s = sampler(change_at=change_at)
     drawn = np.array(list(s))
     labels, draws = s._locate(0, np.arange(200, dtype=np.int64))
     offsets = mixture().offsets
     for j, (name, size) in enumerate(SIZES.items()):
         mine = drawn[labels == j] - offsets[name]
-        copies = np.bincount(mine, minlength=size)  # every pass is used up, then reshuffled
-        assert copies.min() == len(mine) // size
-        assert copies.max() == -(-len(mine) // size)
-        where, passes = np.flatnonzero(labels == j), draws[labels == j] // size
-        for p in range(int(passes.max())):  # pass p+1 starts within a leaf of pass p's end
-            assert where[passes == p].max() < where[passes == p + 1].min() + leaf
+        assert draws[labels == j].tolist() == list(range(len(mine)))  # the k-th draw is k
+        for p in range(-(-len(mine) // size)):  # each pass: a permutation of the source
+            chunk = mine[p * size : (p + 1) * size]
+            assert len(set(chunk.tolist())) == len(chunk)
 
 
 @given(k=st.integers(0, 200), change_at=st.sampled_from([None, 0, 1, 57, 100, 199]))
@@ -383,13 +377,13 @@ def test_epochs_past_the_limit_are_refused() -> None:
 
 def test_rank_work_is_proportional_to_its_positions(monkeypatch: pytest.MonkeyPatch) -> None:
     permuted: list[int] = []
-    original = arrangement_module.feistel_permute  # type: ignore[attr-defined]
+    original = arrangement_module.Arrangement.locate
 
-    def counting(positions: np.ndarray, n: int, keys: np.ndarray) -> np.ndarray:
+    def counting(self: arrangement_module.Arrangement, positions: np.ndarray) -> Any:
         permuted.append(len(positions))
-        return original(positions, n, keys)
+        return original(self, positions)
 
-    monkeypatch.setattr(arrangement_module, "feistel_permute", counting)
+    monkeypatch.setattr(arrangement_module.Arrangement, "locate", counting)
     work = {}
     for world in (1, 64):
         permuted.clear()
@@ -414,7 +408,7 @@ def test_changes_are_accepted_from_the_first_position_not_handed_out() -> None:
     resumed = big(4, 0)
     resumed.load_state_dict(saved)
     assert list(itertools.islice(resumed, 3 * RANK_CHUNK)) == rest
-    assert s.state_dict()["fingerprint"]["order"] == "blocks-leaves-feistel/2"
+    assert s.state_dict()["fingerprint"]["order"] == "bisection-passes/3"
 
 
 def test_a_state_with_counts_beyond_int64_is_refused_as_corrupted() -> None:

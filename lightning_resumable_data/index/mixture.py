@@ -1,14 +1,14 @@
 """Mixture index math: probabilities, exact target counts, and the interleaved order.
 
 A segment of a mixture epoch (the stretch between two weight changes) of length ``L`` draws
-exactly ``counts[j]`` samples from source ``j`` (:func:`target_counts`). Its order is the
-random-access arrangement of :mod:`~lightning_resumable_data.index.arrangement`: stratified
-blocks of ``2**29`` positions, uniformly random within a block, any position computed in
-O(1) and the counts before any position in O(log L). The ``d``-th sample drawn from a source
-(its draw number ``d``) comes in time order up to a window of one leaf (``2**20``
-positions). A source of ``n`` samples serves draw ``d`` from pass ``d // n`` of its own
-stream, a fresh keyed permutation per pass, so a source repeats a sample only after it has
-used all of them, up to that window (oversampling reshuffles).
+exactly ``counts[j]`` samples from source ``j`` (:func:`target_counts`). Which source each
+position draws from is the random-access arrangement of
+:mod:`~lightning_resumable_data.index.arrangement` (exact totals, spread evenly at every
+scale, any position in O(log L)). The ``d``-th draw of a source in an epoch (its draw number,
+the count of the source before the position) is element ``d`` of the source's pass
+sequence (:mod:`~lightning_resumable_data.index.passes`): pass ``d // n`` is a fresh keyed
+permutation of its ``n`` samples. So a source repeats a sample only after a whole pass,
+whatever the weights and however often they change.
 
 Example:
     >>> probs = mixture_probabilities([3.0, 1.0], temperature=1.0)
@@ -23,18 +23,15 @@ Example:
 
 from __future__ import annotations
 
-import functools
 import math
 import numbers
 from collections.abc import Sequence
-from typing import Final, cast
 
 import numpy as np
 from numpy.typing import NDArray
 
 from lightning_resumable_data.index.arrangement import MAX_SEGMENT, Arrangement, arrangement
-from lightning_resumable_data.index.keys import key_sequence
-from lightning_resumable_data.index.permutation import feistel_permute
+from lightning_resumable_data.index.passes import pass_samples
 
 Counts = Sequence[int] | NDArray[np.integer]
 
@@ -50,8 +47,6 @@ __all__ = [
     "source_samples",
     "target_counts",
 ]
-
-_SOURCE_STREAM: Final = 0x53524345  # "SRCE"
 
 
 def check_weights(weights: Sequence[float], names: Sequence[str]) -> NDArray[np.float64]:
@@ -179,14 +174,6 @@ def segment_slice(
     return arrangement(counts, seed, key).locate(np.arange(start, stop, dtype=np.int64))
 
 
-@functools.lru_cache(maxsize=256)
-def _pass_keys(seed: int, key: tuple[int, ...], pass_: int) -> NDArray[np.uint64]:
-    words = key_sequence(_SOURCE_STREAM, seed, *key, pass_).generate_state(8, np.uint64)
-    keys = cast("NDArray[np.uint64]", words)
-    keys.flags.writeable = False
-    return keys
-
-
 def source_samples(
     draws: NDArray[np.int64], size: int, seed: int, key: tuple[int, ...]
 ) -> NDArray[np.int64]:
@@ -197,14 +184,4 @@ def source_samples(
         >>> sorted(first_pass.tolist())
         [0, 1, 2, 3, 4]
     """
-    draws = np.asarray(draws, dtype=np.int64)
-    passes = draws // size
-    if not draws.size or passes[0] == passes[-1] == passes.min() == passes.max():
-        pass_ = int(passes[0]) if draws.size else 0
-        return feistel_permute(draws - pass_ * size, size, _pass_keys(seed, key, pass_))
-    out = np.empty(len(draws), dtype=np.int64)
-    for pass_ in np.unique(passes).tolist():
-        where = passes == pass_
-        keys = _pass_keys(seed, key, pass_)
-        out[where] = feistel_permute(draws[where] - pass_ * size, size, keys)
-    return out
+    return pass_samples(draws, size, seed, key)

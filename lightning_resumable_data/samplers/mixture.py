@@ -41,7 +41,18 @@ __all__ = ["MixturePhase", "MixtureSampler", "check_phases"]
 Weights = Mapping[str, float] | Sequence[float]
 
 RANK_CHUNK: Final = 4096  # positions of this rank computed ahead at a time, whatever the world
-ORDER: Final = "blocks-leaves-feistel/2"  # the arrangement law (index.arrangement), in the state
+ORDER: Final = "bisection-passes/3"  # the law (index.arrangement, index.passes), in the state
+# Laws of earlier releases, refused with how to finish such a run.
+_RETIRED_ORDERS: Final = {
+    "blocks-leaves-feistel/2": (
+        "its mixture order ('blocks-leaves-feistel/2') skipped the unread draws of a leaf at "
+        "every online weight change and shuffled up to 2**20 positions of draws together; "
+        "this release reads each source strictly in passes ('bisection-passes/3'), so "
+        "resuming here would continue a different order. Finish that run with the release "
+        "that wrote it (pip install 'lightning-resumable-data<0.3'), or start a fresh run "
+        "(the model weights of the checkpoint can be loaded into it without the data state)"
+    ),
+}
 
 
 @dataclass(slots=True)
@@ -51,8 +62,7 @@ class _Segment:
     counts: NDArray[np.int64]  # samples per source over the planned length
     key: tuple[int, int, int]
     arrangement: Arrangement
-    base: NDArray[np.int64]  # draws of each source in the epoch before this segment
-    drawn: NDArray[np.int64]  # samples of each source in the epoch's positions [0, start)
+    drawn: NDArray[np.int64]  # draws of each source in the epoch's positions [0, start)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +75,6 @@ class _Anchor:
 
     epoch: int
     start: int
-    base: NDArray[np.int64]
     drawn: NDArray[np.int64]
 
 
@@ -74,14 +83,17 @@ class MixtureSampler(DistributedSampler):
 
     Each epoch has ``samples_per_epoch`` global samples (default: the mixture's size). The
     weights in force (``p ~ w ** (1 / temperature)``) set exact per-source counts (rounded to
-    sum to the budget); the order is a random arrangement of them
-    (:mod:`~lightning_resumable_data.index.arrangement`: stratified blocks of ``2**29``
-    positions, uniform within a block), and each source serves its draws from its own keyed
-    permutation, reshuffled on each pass, so a source repeats a sample only after it has used
-    all of them, up to a window of one leaf (``2**20`` positions) where consecutive passes
-    may overlap. Ranks stride over the global order like :class:`DistributedSampler`, so the
-    same elastic resume applies; a rank computes only its own positions (cost ``N / W`` per
-    epoch), at most ``RANK_CHUNK`` (4,096) of them ahead of what it has yielded.
+    sum to the budget) for each segment between two weight changes. The mixture decides only
+    which source each global position draws from (a keyed arrangement with exact totals,
+    spread evenly at every scale: :mod:`~lightning_resumable_data.index.arrangement`); each
+    source is read as a sequence of passes, each pass a fresh keyed permutation of the
+    source, and the ``k``-th draw of a source in the epoch is element ``k`` of that sequence
+    (:mod:`~lightning_resumable_data.index.passes`). So a weight change, declared or online,
+    only changes which source later positions draw from: no draw is skipped or repeated
+    within a pass, at any source size. Ranks stride over the global order like
+    :class:`DistributedSampler`, so the same elastic resume applies; a rank computes only
+    its own positions (cost ``N / W`` per epoch), at most ``RANK_CHUNK`` (4,096) of them
+    ahead of what it has yielded.
 
     The schedule of weight changes is part of the state: :meth:`update_weights` records the
     (epoch, position) a change starts at (schedule changes before reading, as
@@ -93,8 +105,8 @@ class MixtureSampler(DistributedSampler):
     ``seed``, ``samples_per_epoch``, ``drop_last``, ``initial``, ``order``: the arrangement
     law, :data:`ORDER`), plus ``schedule``: the list of changes, each ``{"epoch",
     "position", "weights", "temperature", "plan_end", "kind"}``, ``source_counts``, and
-    ``segment``: the start and per-source counts of the segment holding the position (absent
-    in its epoch's first segment), so a resume plans the epoch from there, not from 0.
+    ``segment``: the start and per-source draws before the segment holding the position
+    (absent in its epoch's first segment), so a resume plans the epoch from there, not 0.
 
     Args:
         dataset: The :class:`MixtureDataset`.
@@ -354,7 +366,6 @@ class MixtureSampler(DistributedSampler):
         epoch: int,
         entry: dict[str, Any],
         stop: int,
-        base: NDArray[np.int64],
         drawn: NDArray[np.int64],
     ) -> _Segment:
         start = entry["position"] if entry["epoch"] == epoch else 0
@@ -363,17 +374,12 @@ class MixtureSampler(DistributedSampler):
         probs = mixture_probabilities(entry["weights"], entry["temperature"])
         counts = target_counts(probs, end - start)
         layout = arrangement(counts, self.seed, (epoch, start, end))
-        return _Segment(start, stop, counts, (epoch, start, end), layout, base, drawn)
+        return _Segment(start, stop, counts, (epoch, start, end), layout, drawn)
 
     @staticmethod
-    def _handed_on(segment: _Segment) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-        """The draws and samples per source after ``segment``, for the next one."""
-        length = segment.stop - segment.start
-        cut = segment.stop != segment.key[2]
-        # A cut segment hands on the draws after those its leaves reserved.
-        base = segment.base + (segment.arrangement.reserved(length) if cut else segment.counts)
-        drawn = segment.drawn + segment.arrangement.counts_before(length)
-        return base, drawn
+    def _handed_on(segment: _Segment) -> NDArray[np.int64]:
+        """The draws per source after ``segment`` (cut or not), for the next one."""
+        return segment.drawn + segment.arrangement.counts_before(segment.stop - segment.start)
 
     def _plan(self, epoch: int, at: int) -> list[_Segment]:
         """The segments of ``epoch`` from the one holding position ``at`` (or earlier) on.
@@ -386,18 +392,18 @@ class MixtureSampler(DistributedSampler):
         if plan is not None and plan[0].start <= at:
             return plan
         first = self._governing(epoch, 0)
-        base = drawn = np.zeros(len(self.mixture.names), dtype=np.int64)
+        drawn = np.zeros(len(self.mixture.names), dtype=np.int64)
         anchor = self._anchor
         if anchor is not None and anchor.epoch == epoch and 0 < anchor.start <= at:
             first = self._governing(epoch, anchor.start)
-            base, drawn = anchor.base, anchor.drawn
+            drawn = anchor.drawn
         last = bisect.bisect_left(self._schedule, (epoch, self.epoch_length), key=entry_key)
         entries = [self._schedule[first], *self._schedule[first + 1 : last]]
         plan = []
         for i, entry in enumerate(entries):
             stop = entries[i + 1]["position"] if i + 1 < len(entries) else self.epoch_length
-            plan.append(self._segment(epoch, entry, stop, base, drawn))
-            base, drawn = self._handed_on(plan[-1])
+            plan.append(self._segment(epoch, entry, stop, drawn))
+            drawn = self._handed_on(plan[-1])
         self._plans = {epoch: plan}
         return plan
 
@@ -418,8 +424,8 @@ class MixtureSampler(DistributedSampler):
         if entry["position"] >= self.epoch_length:
             return
         plan[-1].stop = entry["position"]
-        base, drawn = self._handed_on(plan[-1])
-        plan.append(self._segment(epoch, entry, self.epoch_length, base, drawn))
+        drawn = self._handed_on(plan[-1])
+        plan.append(self._segment(epoch, entry, self.epoch_length, drawn))
 
     def _chunks(
         self, epoch: int, start: int, stream: Callable[[], ChunkStream]
@@ -516,7 +522,7 @@ class MixtureSampler(DistributedSampler):
         plan = self._plan(epoch, int(positions.min()) if len(positions) else self.epoch_length)
         if len(plan) == 1:
             labels, draws = plan[0].arrangement.locate(positions - plan[0].start)
-            return labels, draws + plan[0].base[labels]
+            return labels, draws + plan[0].drawn[labels]
         labels = np.empty(len(positions), dtype=np.int16)
         draws = np.empty(len(positions), dtype=np.int64)
         starts = np.array([segment.start for segment in plan], dtype=np.int64)
@@ -532,7 +538,7 @@ class MixtureSampler(DistributedSampler):
                 where = np.flatnonzero(which == i)
             found = positions[where] - segment.start
             seg_labels, seg_draws = segment.arrangement.locate(found)
-            labels[where], draws[where] = seg_labels, seg_draws + segment.base[seg_labels]
+            labels[where], draws[where] = seg_labels, seg_draws + segment.drawn[seg_labels]
         return labels, draws
 
     def source_counts(
@@ -585,7 +591,6 @@ class MixtureSampler(DistributedSampler):
         if segment is not None and segment.start > 0:
             state["segment"] = {
                 "start": segment.start,
-                "base": segment.base.tolist(),
                 "drawn": segment.drawn.tolist(),
             }
         return state
@@ -604,19 +609,18 @@ class MixtureSampler(DistributedSampler):
         names = self.mixture.names
         try:
             start = check_non_negative_int("start", saved["start"])
-            base = np.array([check_non_negative_int("base", v) for v in saved["base"]])
             drawn = np.array([check_non_negative_int("drawn", v) for v in saved["drawn"]])
             counts = np.array([state["source_counts"][n] for n in names], dtype=np.int64)
         except (KeyError, TypeError, ValueError, OverflowError) as error:  # int64 overflow
             raise StateMismatchError(f"{prefix} is invalid ({error}).") from None
-        shapes_ok = len(base) == len(drawn) == len(names)
+        shapes_ok = len(drawn) == len(names)
         if not (shapes_ok and 0 < start <= consumed < self.epoch_length):
             raise StateMismatchError(
-                f"{prefix} (start {start}, {len(base)} sources) does not fit the resume "
+                f"{prefix} (start {start}, {len(drawn)} sources) does not fit the resume "
                 f"point {consumed} of {self.epoch_length} and {len(names)} sources; the "
                 "state is corrupted."
             )
-        anchor = _Anchor(epoch, start, base.astype(np.int64), drawn.astype(np.int64))
+        anchor = _Anchor(epoch, start, drawn.astype(np.int64))
         previous, self._anchor = self._anchor, anchor
         self._plans.clear()
         try:
@@ -626,14 +630,11 @@ class MixtureSampler(DistributedSampler):
         finally:
             self._anchor = previous
         valid = (
-            segment.start == start
-            and int(drawn.sum()) == start
-            and bool(np.all(base >= drawn))
-            and np.array_equal(counted, counts)
+            segment.start == start and int(drawn.sum()) == start and np.array_equal(counted, counts)
         )
         if not valid:
             raise StateMismatchError(
-                f"{prefix} (start {start}, base {base.tolist()}, drawn {drawn.tolist()}) "
+                f"{prefix} (start {start}, drawn {drawn.tolist()}) "
                 f"does not agree with its schedule and source_counts {counts.tolist()}; the "
                 "state is corrupted."
             )
@@ -644,10 +645,17 @@ class MixtureSampler(DistributedSampler):
 
         Raises:
             StateMismatchError: Another version, kind, malformed state, other sources or
-                sizes, seed, epoch budget or initial weights.
+                sizes, seed, epoch budget or initial weights, or a mixture order of an
+                earlier release (the error says how to finish that run).
         """
         # Everything is checked before anything changes: version and kind first, then the
         # schedule, then the position (by the base class, which validates before it sets).
+        saved = state_dict.get("fingerprint") if isinstance(state_dict, Mapping) else None
+        order = saved.get("order") if isinstance(saved, Mapping) else None
+        if isinstance(order, str) and order in _RETIRED_ORDERS:
+            raise StateMismatchError(
+                f"Cannot load this state into {self.KIND}: {_RETIRED_ORDERS[order]}."
+            )
         check_state(
             state_dict,
             self.KIND,

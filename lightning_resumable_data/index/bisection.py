@@ -1,0 +1,240 @@
+"""A random binary sequence with exact totals and random access: the bisection tree.
+
+A sequence of ``length`` positions holds exactly ``ones`` ones. It is the leaf row of the
+aligned binary tree over ``[0, 2**depth)`` (``2**depth >= length``), built top down:
+
+* a *full* node (``2**s`` positions, all inside the sequence) holding ``c`` ones gives its
+  left half ``c // 2`` of them, and the odd one, if ``c`` is odd, to a half chosen by a
+  keyed fair coin (for node ``i`` of a level: bit ``i % 64`` of a SplitMix64 word of
+  ``i // 64``);
+* the *ragged* last node of a level (``n < 2**s`` positions) gives its left part of
+  ``h = min(2**(s - 1), n)`` positions ``floor(c * h / n)`` ones, plus one with probability
+  ``(c * h mod n) / n``.
+
+So every position is a one with probability ``ones / length``, and the ones are spread
+evenly at every scale: a full block of ``2**s`` positions holds ``floor`` or ``ceil`` of its
+ancestors' share, never a run of chance. The label of a position and the number of ones
+before it are read on its root-to-leaf path alone: a sorted batch of positions costs one
+vectorised step per level over the distinct nodes on their paths, and a cache of the nodes
+``2**16`` above the leaves keeps the upper levels off the hot path.
+
+Example:
+    >>> tree = Bisection(length=10, ones=3, key=(7,))
+    >>> bits, before = tree.locate(np.arange(10))
+    >>> int(bits.sum()), before[-1] + bits[-1]
+    (3, np.int64(3))
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Final
+
+import numpy as np
+from numpy.typing import NDArray
+
+from lightning_resumable_data.index.keys import key_sequence
+
+__all__ = ["PIVOT_BITS", "Bisection", "mix64"]
+
+PIVOT_BITS: Final = 16  # cached nodes are 2**16 positions wide
+_PIVOTS_KEPT: Final = 8192  # pivot nodes kept per tree (first in, first out)
+_BISECTION_STREAM: Final = 0x42495345  # "BISE"
+_GOLDEN: Final = np.uint64(0x9E3779B97F4A7C15)
+_MIX_1: Final = np.uint64(0xBF58476D1CE4E5B9)
+_MIX_2: Final = np.uint64(0x94D049BB133111EB)
+
+
+def mix64(words: NDArray[np.uint64], seed: np.uint64 | NDArray[np.uint64]) -> NDArray[np.uint64]:
+    """SplitMix64 of counters ``words`` under ``seed``: independent-looking 64-bit words.
+
+    Example:
+        >>> mix64(np.arange(2, dtype=np.uint64), np.uint64(1)).dtype
+        dtype('uint64')
+    """
+    z = np.asarray(words, dtype=np.uint64) * _GOLDEN  # arrays wrap silently
+    z += seed
+    z ^= z >> np.uint64(30)
+    z *= _MIX_1
+    z ^= z >> np.uint64(27)
+    z *= _MIX_2
+    z ^= z >> np.uint64(31)
+    out: NDArray[np.uint64] = z
+    return out
+
+
+def _first(ids: NDArray[np.int64]) -> NDArray[np.bool_]:
+    """Where each run of equal values in sorted ``ids`` starts."""
+    flags = np.empty(len(ids), dtype=bool)
+    flags[:1] = True
+    np.not_equal(ids[1:], ids[:-1], out=flags[1:])
+    return flags
+
+
+def _distinct(ids: NDArray[np.int64]) -> NDArray[np.int64]:
+    """The distinct values of sorted ``ids``, in order (``np.unique`` without its sort)."""
+    return ids[_first(ids)]
+
+
+def _scaled(word: int, n: int) -> int:
+    """``word`` (64 bits) scaled to a uniform integer in ``[0, n)``."""
+    return (word * n) >> 64
+
+
+class Bisection:
+    """A keyed random binary sequence of ``length`` positions with exactly ``ones`` ones.
+
+    Args:
+        length: Positions, ``>= 1``.
+        ones: Ones among them, in ``[0, length]``.
+        key: What identifies the sequence (values in ``[0, 2**64)``).
+
+    Example:
+        >>> bits, _ = Bisection(8, 4, key=(0,)).locate(np.arange(8))
+        >>> int(bits.sum())
+        4
+    """
+
+    def __init__(self, length: int, ones: int, key: tuple[int, ...]) -> None:
+        if length < 1 or not 0 <= ones <= length:
+            raise ValueError(f"need length >= 1 and 0 <= ones <= length, got {length}, {ones}.")
+        self.length, self.ones = int(length), int(ones)
+        self.depth = (self.length - 1).bit_length()
+        words = key_sequence(_BISECTION_STREAM, *key).generate_state(self.depth + 1, np.uint64)
+        self._level_keys = words.astype(np.uint64)
+        self._spine = self._walk_spine()
+        self._pivots: OrderedDict[int, tuple[int, int]] = OrderedDict()
+        self._pivot_level = max(0, self.depth - PIVOT_BITS)
+
+    def _word(self, level: int, index: int) -> int:
+        counter = np.array([index], dtype=np.uint64)
+        return int(mix64(counter, self._level_keys[level])[0])
+
+    def _walk_spine(self) -> dict[int, int]:
+        """Left-child ones of the ragged last node of each level (exact integers)."""
+        spine: dict[int, int] = {}
+        index, ones = 0, self.ones
+        for level in range(self.depth):
+            span = 1 << (self.depth - level)
+            size = self.length - index * span
+            half = span >> 1
+            if size == span:
+                return spine  # the last node is full, and so is every one below it
+            left_size = min(half, size)
+            share, rest = divmod(ones * left_size, size)
+            left = share + (_scaled(self._word(level, index), size) < rest)
+            spine[level] = left
+            if size > half:
+                index, ones = 2 * index + 1, ones - left
+            else:
+                index = 2 * index
+        return spine
+
+    def _left(
+        self, level: int, ids: NDArray[np.int64], ones: NDArray[np.int64]
+    ) -> NDArray[np.int64]:
+        """Ones given to the left child of each node ``ids`` of ``level`` (any order)."""
+        words = mix64((ids >> 6).astype(np.uint64), self._level_keys[level])
+        coin = ((words >> (ids & 63).astype(np.uint64)) & np.uint64(1)).astype(np.int64)
+        left: NDArray[np.int64] = (ones >> 1) + (ones & 1) * coin
+        ragged = self._spine.get(level)
+        if ragged is not None:
+            left[ids == (self.length - 1) >> (self.depth - level)] = ragged
+        return left
+
+    def _shared(
+        self,
+        start: int,
+        ids: list[NDArray[np.int64]],
+        ones: NDArray[np.int64],
+        before: NDArray[np.int64],
+    ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """Ones in and before each node of ``ids[-1]``, from level ``start``'s nodes down.
+
+        ``ids`` holds the sorted distinct nodes of each level, parents first.
+        """
+        for offset in range(len(ids) - 1):
+            parents, children = ids[offset], ids[offset + 1]
+            left = self._left(start + offset, parents, ones)
+            row = np.cumsum(_first(children >> 1)) - 1
+            right = children & 1
+            given = left[row]
+            ones = given + right * (ones[row] - 2 * given)
+            before = before[row] + right * given
+        return ones, before
+
+    def _solo(
+        self,
+        start: int,
+        positions: NDArray[np.int64],
+        ones: NDArray[np.int64],
+        before: NDArray[np.int64],
+    ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """Down from level ``start`` when each node holds one of ``positions``: no gathers."""
+        for level in range(start, self.depth):
+            shift = self.depth - level
+            left = self._left(level, positions >> shift, ones)
+            right = (positions >> (shift - 1)) & 1
+            ones = left + right * (ones - 2 * left)
+            before = before + right * left
+        return ones, before
+
+    def _pivot_rows(self, ids: NDArray[np.int64]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """Ones in and before the pivot nodes ``ids`` (sorted, distinct), cached."""
+        missing = np.array([i for i in ids.tolist() if i not in self._pivots], dtype=np.int64)
+        if len(missing):
+            levels = [missing]
+            for _ in range(self._pivot_level):
+                levels.append(_distinct(levels[-1] >> 1))
+            levels.reverse()
+            root = np.array([self.ones], dtype=np.int64), np.zeros(1, dtype=np.int64)
+            ones, before = self._shared(0, levels, *root)
+            for i, c, b in zip(missing.tolist(), ones.tolist(), before.tolist(), strict=True):
+                self._pivots[i] = (c, b)
+            while len(self._pivots) > _PIVOTS_KEPT:
+                self._pivots.popitem(last=False)
+        rows = np.array([self._pivots[i] for i in ids.tolist()], dtype=np.int64).reshape(-1, 2)
+        return rows[:, 0].copy(), rows[:, 1].copy()
+
+    def locate(self, positions: NDArray[np.int64]) -> tuple[NDArray[np.bool_], NDArray[np.int64]]:
+        """The bit at each position and the ones before it; ``positions`` sorted ascending.
+
+        Example:
+            >>> bits, before = Bisection(4, 2, key=(1,)).locate(np.array([0, 3]))
+            >>> before.tolist()[0]
+            0
+        """
+        positions = np.asarray(positions, dtype=np.int64)
+        if self.depth == 0 or not len(positions):
+            bits0 = np.full(len(positions), self.ones == 1)
+            return bits0, np.zeros(len(positions), dtype=np.int64)
+        leaves = _distinct(positions)
+        # Nodes of 2**solo positions hold one leaf each: below them, no grouping is needed.
+        gaps = leaves[1:] ^ leaves[:-1]
+        solo = int(gaps.min()).bit_length() - 1 if len(gaps) else self.depth
+        first = max(self._pivot_level, self.depth - solo)
+        levels = [leaves >> (self.depth - first)]
+        for _ in range(first - self._pivot_level):
+            levels.append(_distinct(levels[-1] >> 1))
+        levels.reverse()
+        ones, before = self._pivot_rows(levels[0])
+        ones, before = self._shared(self._pivot_level, levels, ones, before)
+        ones, before = self._solo(first, leaves, ones, before)
+        if len(leaves) != len(positions):
+            where = np.searchsorted(leaves, positions)
+            ones, before = ones[where], before[where]
+        return ones == 1, before
+
+    def ones_before(self, position: int) -> int:
+        """Ones in ``[0, position)``, for ``0 <= position <= length``.
+
+        Example:
+            >>> Bisection(10, 3, key=(2,)).ones_before(10)
+            3
+        """
+        if not 0 <= position <= self.length:
+            raise ValueError(f"position={position} must be in [0, {self.length}].")
+        if position == self.length:
+            return self.ones
+        _, before = self.locate(np.array([position], dtype=np.int64))
+        return int(before[0])
