@@ -427,3 +427,15 @@ def test_a_state_with_counts_beyond_int64_is_refused_as_corrupted() -> None:
     fresh.update_weights({"a": 0.0, "b": 1.0}, position=4)
     with pytest.raises(StateMismatchError, match="'segment' is invalid"):
         fresh.load_state_dict(state)
+
+
+def test_states_of_the_earlier_mixture_order_are_refused_with_how_to_finish_them() -> None:
+    s = big(1, 0)
+    it = iter(s)
+    next(it)
+    state = s.state_dict()
+    state["fingerprint"]["order"] = "blocks-leaves-feistel/2"  # what 0.2 wrote
+    fresh = big(1, 0)
+    with pytest.raises(StateMismatchError, match=r"pip install 'lightning-resumable-data<0.3'"):
+        fresh.load_state_dict(state)
+    assert fresh.consumed == 0  # nothing changed

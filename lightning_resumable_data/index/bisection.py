@@ -38,11 +38,13 @@ from lightning_resumable_data.index.keys import key_sequence
 __all__ = ["PIVOT_BITS", "Bisection", "mix64"]
 
 PIVOT_BITS: Final = 16  # cached nodes are 2**16 positions wide
-_PIVOTS_KEPT: Final = 8192  # pivot nodes kept per tree (first in, first out)
+_PIVOTS_CACHED: Final = 8  # batches meeting up to this many pivots use (and fill) the cache
 _BISECTION_STREAM: Final = 0x42495345  # "BISE"
 _GOLDEN: Final = np.uint64(0x9E3779B97F4A7C15)
 _MIX_1: Final = np.uint64(0xBF58476D1CE4E5B9)
 _MIX_2: Final = np.uint64(0x94D049BB133111EB)
+_30, _27, _31 = np.uint64(30), np.uint64(27), np.uint64(31)
+_63, _ONE, _SIX = np.uint64(63), np.uint64(1), np.uint64(6)
 
 
 def mix64(words: NDArray[np.uint64], seed: np.uint64 | NDArray[np.uint64]) -> NDArray[np.uint64]:
@@ -52,13 +54,13 @@ def mix64(words: NDArray[np.uint64], seed: np.uint64 | NDArray[np.uint64]) -> ND
         >>> mix64(np.arange(2, dtype=np.uint64), np.uint64(1)).dtype
         dtype('uint64')
     """
-    z = np.asarray(words, dtype=np.uint64) * _GOLDEN  # arrays wrap silently
+    z = np.multiply(words, _GOLDEN, dtype=np.uint64)  # arrays wrap silently
     z += seed
-    z ^= z >> np.uint64(30)
+    z ^= z >> _30
     z *= _MIX_1
-    z ^= z >> np.uint64(27)
+    z ^= z >> _27
     z *= _MIX_2
-    z ^= z >> np.uint64(31)
+    z ^= z >> _31
     out: NDArray[np.uint64] = z
     return out
 
@@ -131,15 +133,24 @@ class Bisection:
         return spine
 
     def _left(
-        self, level: int, ids: NDArray[np.int64], ones: NDArray[np.int64]
+        self, level: int, ids: NDArray[np.int64], ones: NDArray[np.int64], shared: bool
     ) -> NDArray[np.int64]:
-        """Ones given to the left child of each node ``ids`` of ``level`` (any order)."""
-        words = mix64((ids >> 6).astype(np.uint64), self._level_keys[level])
-        coin = ((words >> (ids & 63).astype(np.uint64)) & np.uint64(1)).astype(np.int64)
+        """Ones given to the left child of each node ``ids`` of ``level`` (sorted, distinct).
+
+        ``shared``: many nodes share a coin word (a dense batch): hash each word once.
+        """
+        groups = ids >> 6
+        if shared:
+            first = _first(groups)
+            words = mix64(groups[first].astype(np.uint64), self._level_keys[level])
+            words = words[np.cumsum(first) - 1]
+        else:
+            words = mix64(groups.astype(np.uint64), self._level_keys[level])
+        coin = ((words >> (ids & 63).astype(np.uint64)) & _ONE).astype(np.int64)
         left: NDArray[np.int64] = (ones >> 1) + (ones & 1) * coin
         ragged = self._spine.get(level)
-        if ragged is not None:
-            left[ids == (self.length - 1) >> (self.depth - level)] = ragged
+        if ragged is not None and len(ids) and ids[-1] == (self.length - 1) >> (self.depth - level):
+            left[-1] = ragged  # the ragged node is the last of its level
         return left
 
     def _shared(
@@ -155,13 +166,33 @@ class Bisection:
         """
         for offset in range(len(ids) - 1):
             parents, children = ids[offset], ids[offset + 1]
-            left = self._left(start + offset, parents, ones)
+            level = start + offset
+            dense = len(children) == 2 * len(parents) == 2 * (parents[-1] - parents[0] + 1)
+            if dense:  # every child of a run of consecutive nodes: no gathers
+                left = self._dense_left(level, int(parents[0]), ones)
+                ones = np.stack([left, ones - left], axis=1).reshape(-1)
+                before = np.stack([before, before + left], axis=1).reshape(-1)
+                continue
+            left = self._left(level, parents, ones, True)
             row = np.cumsum(_first(children >> 1)) - 1
             right = children & 1
             given = left[row]
             ones = given + right * (ones[row] - 2 * given)
             before = before[row] + right * given
         return ones, before
+
+    def _dense_left(self, level: int, first: int, ones: NDArray[np.int64]) -> NDArray[np.int64]:
+        """:meth:`_left` of the consecutive nodes ``first, first + 1, ...``: hashes per 64."""
+        count = len(ones)
+        low, high = first >> 6, (first + count - 1) >> 6
+        words = mix64(np.arange(low, high + 1, dtype=np.uint64), self._level_keys[level])
+        bits = np.unpackbits(words.astype("<u8").view(np.uint8), bitorder="little")
+        coin = bits[first - 64 * low : first - 64 * low + count].astype(np.int64)
+        left: NDArray[np.int64] = (ones >> 1) + (ones & 1) * coin
+        ragged = self._spine.get(level)
+        if ragged is not None and first + count - 1 == (self.length - 1) >> (self.depth - level):
+            left[-1] = ragged
+        return left
 
     def _solo(
         self,
@@ -170,31 +201,55 @@ class Bisection:
         ones: NDArray[np.int64],
         before: NDArray[np.int64],
     ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-        """Down from level ``start`` when each node holds one of ``positions``: no gathers."""
-        for level in range(start, self.depth):
-            shift = self.depth - level
-            left = self._left(level, positions >> shift, ones)
-            right = (positions >> (shift - 1)) & 1
+        """Down from level ``start`` when each node holds one of ``positions``: no gathers.
+
+        The coins of every level are hashed in one call (a levels x positions array).
+        """
+        if start >= self.depth or not len(positions):
+            return ones, before
+        shifts = np.arange(self.depth - start, 0, -1, dtype=np.uint64)[:, None]
+        p = positions.astype(np.uint64)[None, :]
+        ids = p >> shifts
+        words = mix64(ids >> _SIX, self._level_keys[start : self.depth, None])
+        coins = ((words >> (ids & _63)) & _ONE).astype(np.int64)
+        rights = ((p >> (shifts - _ONE)) & _ONE).astype(np.int64)
+        last, end = int(positions[-1]), self.length - 1
+        for k in range(self.depth - start):
+            level, right = start + k, rights[k]
+            left = (ones >> 1) + (ones & 1) * coins[k]
+            ragged = self._spine.get(level)
+            if ragged is not None and last >> (self.depth - level) == end >> (self.depth - level):
+                left[-1] = ragged  # the ragged node is the last position's, if any
             ones = left + right * (ones - 2 * left)
             before = before + right * left
         return ones, before
 
     def _pivot_rows(self, ids: NDArray[np.int64]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-        """Ones in and before the pivot nodes ``ids`` (sorted, distinct), cached."""
-        missing = np.array([i for i in ids.tolist() if i not in self._pivots], dtype=np.int64)
-        if len(missing):
-            levels = [missing]
-            for _ in range(self._pivot_level):
-                levels.append(_distinct(levels[-1] >> 1))
-            levels.reverse()
-            root = np.array([self.ones], dtype=np.int64), np.zeros(1, dtype=np.int64)
-            ones, before = self._shared(0, levels, *root)
-            for i, c, b in zip(missing.tolist(), ones.tolist(), before.tolist(), strict=True):
+        """Ones in and before the pivot nodes ``ids`` (sorted, distinct).
+
+        A few (a contiguous batch's) are cached; many (a rank's sparse batch, each pivot
+        met once) are walked down from the root together.
+        """
+        if len(ids) > _PIVOTS_CACHED:
+            return self._from_root(ids)
+        missing = [i for i in ids.tolist() if i not in self._pivots]
+        if missing:
+            ones, before = self._from_root(np.array(missing, dtype=np.int64))
+            for i, c, b in zip(missing, ones.tolist(), before.tolist(), strict=True):
                 self._pivots[i] = (c, b)
-            while len(self._pivots) > _PIVOTS_KEPT:
+            while len(self._pivots) > 4 * _PIVOTS_CACHED:
                 self._pivots.popitem(last=False)
         rows = np.array([self._pivots[i] for i in ids.tolist()], dtype=np.int64).reshape(-1, 2)
         return rows[:, 0].copy(), rows[:, 1].copy()
+
+    def _from_root(self, ids: NDArray[np.int64]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """Ones in and before the pivot nodes ``ids`` (sorted, distinct), from the root."""
+        levels = [ids]
+        for _ in range(self._pivot_level):
+            levels.append(_distinct(levels[-1] >> 1))
+        levels.reverse()
+        root = np.array([self.ones], dtype=np.int64), np.zeros(1, dtype=np.int64)
+        return self._shared(0, levels, *root)
 
     def locate(self, positions: NDArray[np.int64]) -> tuple[NDArray[np.bool_], NDArray[np.int64]]:
         """The bit at each position and the ones before it; ``positions`` sorted ascending.

@@ -40,7 +40,7 @@ __all__ = ["MixturePhase", "MixtureSampler", "check_phases"]
 
 Weights = Mapping[str, float] | Sequence[float]
 
-RANK_CHUNK: Final = 4096  # positions of this rank computed ahead at a time, whatever the world
+RANK_CHUNK: Final = 1 << 15  # positions of this rank computed ahead at a time, any world
 ORDER: Final = "bisection-passes/3"  # the law (index.arrangement, index.passes), in the state
 # Laws of earlier releases, refused with how to finish such a run.
 _RETIRED_ORDERS: Final = {
@@ -92,7 +92,7 @@ class MixtureSampler(DistributedSampler):
     only changes which source later positions draw from: no draw is skipped or repeated
     within a pass, at any source size. Ranks stride over the global order like
     :class:`DistributedSampler`, so the same elastic resume applies; a rank computes only
-    its own positions (cost ``N / W`` per epoch), at most ``RANK_CHUNK`` (4,096) of them
+    its own positions (cost ``N / W`` per epoch), at most ``RANK_CHUNK`` (32,768) of them
     ahead of what it has yielded.
 
     The schedule of weight changes is part of the state: :meth:`update_weights` records the
