@@ -167,11 +167,17 @@ class Bisection:
         for offset in range(len(ids) - 1):
             parents, children = ids[offset], ids[offset + 1]
             level = start + offset
-            dense = len(children) == 2 * len(parents) == 2 * (parents[-1] - parents[0] + 1)
-            if dense:  # every child of a run of consecutive nodes: no gathers
-                left = self._dense_left(level, int(parents[0]), ones)
-                ones = np.stack([left, ones - left], axis=1).reshape(-1)
-                before = np.stack([before, before + left], axis=1).reshape(-1)
+            first = int(parents[0])
+            if int(parents[-1]) - first + 1 == len(parents):  # consecutive: a dense batch
+                left = self._dense_left(level, first, ones)
+                both_ones = np.empty(2 * len(left), dtype=np.int64)
+                both_before = np.empty(2 * len(left), dtype=np.int64)
+                both_ones[0::2], both_ones[1::2] = left, ones - left
+                both_before[0::2], both_before[1::2] = before, before + left
+                ones, before = both_ones, both_before
+                if len(children) != len(ones):  # some children hold no position
+                    kept = children - 2 * first
+                    ones, before = ones[kept], before[kept]
                 continue
             left = self._left(level, parents, ones, True)
             row = np.cumsum(_first(children >> 1)) - 1
@@ -203,14 +209,28 @@ class Bisection:
     ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
         """Down from level ``start`` when each node holds one of ``positions``: no gathers.
 
-        The coins of every level are hashed in one call (a levels x positions array).
+        Where the positions are close (their nodes share coin words), each word of the
+        range is hashed once; elsewhere the coins of all those levels are hashed in one call
+        (a levels x positions array).
         """
         if start >= self.depth or not len(positions):
             return ones, before
         shifts = np.arange(self.depth - start, 0, -1, dtype=np.uint64)[:, None]
         p = positions.astype(np.uint64)[None, :]
         ids = p >> shifts
-        words = mix64(ids >> _SIX, self._level_keys[start : self.depth, None])
+        groups = ids >> _SIX
+        spans = (groups[:, -1] - groups[:, 0] + _ONE).tolist()
+        close = [k for k, span in enumerate(spans) if 4 * span <= len(positions)]
+        far = [k for k in range(len(spans)) if 4 * spans[k] > len(positions)]
+        words = np.empty(ids.shape, dtype=np.uint64)
+        for k in close:
+            low = groups[k, 0]
+            run = mix64(
+                np.arange(low, low + spans[k], dtype=np.uint64), self._level_keys[start + k]
+            )
+            words[k] = run[(groups[k] - low).astype(np.intp)]
+        if far:
+            words[far] = mix64(groups[far], self._level_keys[start + np.array(far), None])
         coins = ((words >> (ids & _63)) & _ONE).astype(np.int64)
         rights = ((p >> (shifts - _ONE)) & _ONE).astype(np.int64)
         last, end = int(positions[-1]), self.length - 1
