@@ -69,7 +69,8 @@ class ResumableDataCallback(pl.Callback):
       ``random`` from (training seed, global step, data-parallel rank, micro-batch), and
       every validation batch of ``fit`` (sanity check included) from a stream of its own:
       dropout and other draws are the same after a resume (see ``docs/randomness.md``).
-    * **Checkpoint**: saves its phases and training seed (under the stable ``state_key``
+    * **Checkpoint**: saves its phases, training seed and the online mixer's memory of the
+      per-source values a policy reads (under the stable ``state_key``
       ``"ResumableDataCallback"``) and, on resume, refuses changed phases unless the
       :class:`ResumableDataModule` was built with ``allow_config_change=True``.
 
@@ -141,6 +142,7 @@ class ResumableDataCallback(pl.Callback):
         self._rank = 0
         self._datamodule: ResumableDataModule | None = None
         self._epoch_started = True
+        self._trainer: pl.Trainer | None = None  # while fitting: what state_dict reads
         self.mixer = OnlineMixer(policy, policy_every_n_steps)
         self.guard = PositionGuard(verify)
 
@@ -174,6 +176,11 @@ class ResumableDataCallback(pl.Callback):
                 "ResumableDataCallback(phases=...) needs a ResumableDataModule: pass "
                 "trainer.fit(model, datamodule=ResumableDataModule(...))."
             )
+        if stage == "fit" and not getattr(trainer, "global_step", 0):
+            # a fit from scratch: Lightning's callback_metrics start empty, so does the
+            # memory (a checkpoint's replaces it: load_state_dict; a fit continuing on the
+            # same trainer keeps it, as one uninterrupted fit would)
+            self.mixer.load_state_dict(None)
         if self.seed_training and stage == "fit":
             strategy = getattr(trainer, "strategy", None)  # None: a stand-in trainer
             self._rank = data_parallel_rank(trainer) if strategy is not None else 0
@@ -197,6 +204,7 @@ class ResumableDataCallback(pl.Callback):
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         loader = self.train_loader(trainer)
         self._epoch_started = False
+        self._trainer = trainer
         if loader is None:
             rank_zero_warn(
                 "ResumableDataCallback found no lightning_resumable_data.StatefulDataLoader "
@@ -344,7 +352,9 @@ class ResumableDataCallback(pl.Callback):
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.mixer.remember(trainer)  # what the last epoch's end logged
         self.mixer.loader = None  # set_weights after fit is refused
+        self._trainer = None
 
     @override
     def on_load_checkpoint(
@@ -377,10 +387,15 @@ class ResumableDataCallback(pl.Callback):
 
     @override
     def state_dict(self) -> dict[str, Any]:
+        trainer = self._trainer
+        if trainer is not None and not getattr(trainer, "sanity_checking", False):
+            # what was logged since the last batch end (an epoch's end, a validation)
+            self.mixer.remember(trainer)
         return {
             "version": _STATE_VERSION,
             "phases": [_phase_dict(p) for p in self.phases],
             "training_seed": self._seed,
+            "source_metrics": self.mixer.state_dict(),
         }
 
     @override
@@ -394,7 +409,9 @@ class ResumableDataCallback(pl.Callback):
         now = [_phase_dict(p) for p in self.phases]
         allowed = self._datamodule is not None and self._datamodule.allow_config_change
         if saved == now or allowed:
-            self._restore_seed(state_dict.get("training_seed"))  # added later: may be absent
+            # both added later: may be absent (no memory: the policy sees what is logged anew)
+            self.mixer.load_state_dict(state_dict.get("source_metrics"))
+            self._restore_seed(state_dict.get("training_seed"))
             return
         if not now:
             raise StateMismatchError(

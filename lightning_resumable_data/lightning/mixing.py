@@ -10,6 +10,8 @@ trained position plus the loader's lookahead (``num_workers * prefetch_factor`` 
 the largest over the ranks (one ``reduce``), rounded up to a step boundary. The change is an
 ``"online"`` entry of the sampler's schedule, saved with the loader state, so a resume (on
 any world size or batch size) replays it from the state and never asks the policy again.
+What the policy reads of the logged values (the last one per source, ``stats.metrics``) is
+saved too, so a resumed run's policy sees what the uninterrupted run's would have.
 
 Example:
     >>> def policy(trainer, module, stats):
@@ -21,6 +23,7 @@ Example:
 from __future__ import annotations
 
 import math
+import reprlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,9 +48,13 @@ class MixingStats:
         position: Global samples of the epoch trained on.
         weights: Probabilities in force at that position, per source.
         drawn: Samples drawn from each source this epoch up to that position.
-        metrics: Values the module logged per source, ``{name: {source: value}}``, from
-            ``trainer.callback_metrics`` keys ``"<name>/<source>"`` (see
-            :func:`log_source_values`).
+        metrics: Values the module logged per source, ``{name: {source: value}}``: the
+            last value of each ``"<name>/<source>"`` key of ``trainer.callback_metrics``
+            (see :func:`log_source_values`). :class:`OnlineMixer` remembers them in the
+            callback's checkpoint, so after a resume they include the values logged before
+            it, as in the uninterrupted run (where ``callback_metrics`` keeps every key's
+            last value across epochs; ``on_epoch=True`` values become the epoch's aggregate
+            at its end).
     """
 
     step: int
@@ -128,6 +135,42 @@ def _plain(weights: object, names: Sequence[str]) -> dict[str, Any] | None:
     }
 
 
+def _checked_memory(state: object) -> dict[str, dict[str, float]]:
+    """A saved memory as ``{name: {source: float}}``, or a ``TypeError`` naming the bad part."""
+
+    def refuse(problem: str) -> TypeError:
+        return TypeError(
+            f"Cannot resume: the checkpoint's ResumableDataCallback state has {problem}. "
+            "source_metrics is {metric name: {source: float}}, the last value per source of "
+            "each metric the mixing policy reads (stats.metrics); this one was edited or "
+            "written by other code. Restore it, or delete the 'source_metrics' key to resume "
+            "without it (the policy then sees only values logged after the resume)."
+        )
+
+    def shown(value: object) -> str:
+        return f"{reprlib.repr(value)} ({type(value).__name__})"
+
+    if not isinstance(state, Mapping):
+        raise refuse(f"source_metrics = {shown(state)}, not a dict")
+    memory: dict[str, dict[str, float]] = {}
+    for name, values in state.items():
+        if not isinstance(name, str):
+            raise refuse(f"the key {shown(name)} in source_metrics, not a metric name (str)")
+        if not isinstance(values, Mapping):
+            raise refuse(f"source_metrics[{name!r}] = {shown(values)}, not a dict")
+        kept: dict[str, float] = {}
+        for source, value in values.items():
+            if not isinstance(source, str):
+                raise refuse(
+                    f"the key {shown(source)} in source_metrics[{name!r}], not a source name (str)"
+                )
+            if isinstance(value, bool) or not isinstance(value, float | int):
+                raise refuse(f"source_metrics[{name!r}][{source!r}] = {shown(value)}, not a float")
+            kept[source] = float(value)
+        memory[name] = kept
+    return memory
+
+
 def _number(value: object) -> object:
     if isinstance(value, torch.Tensor) and value.numel() == 1:
         return value.item()
@@ -166,6 +209,8 @@ class OnlineMixer:
         self.changes: list[dict[str, Any]] = []  # the changes this process applied
         self._pending: dict[str, Any] | None = None
         self._last_step: int | None = None
+        # {name: {source: last value}}: tensors as Lightning holds them, or restored floats
+        self._memory: dict[str, dict[str, Any]] = {}
 
     def sampler(self) -> MixtureSampler:
         """The mixture sampler of the training loader, or a ``RuntimeError`` saying why not."""
@@ -197,15 +242,61 @@ class OnlineMixer:
             )
         self._pending = payload | {"temperature": temperature}
 
+    def remember(self, trainer: pl.Trainer) -> None:
+        """Keep the last value of every ``"<name>/<source>"`` key of ``trainer.callback_metrics``.
+
+        A resumed fit's ``callback_metrics`` hold only what was logged since the resume; this
+        memory (:meth:`state_dict`, in :class:`ResumableDataCallback`'s checkpoint) keeps
+        what the uninterrupted run's hold. Called at every training batch end and when a
+        checkpoint is written; values stay tensors until read (no device sync). Does nothing
+        without a training mixture.
+
+        Example::
+
+            mixer.remember(trainer)  # trainer.callback_metrics: {"loss/web": tensor(2.5), ...}
+            mixer.state_dict()  # {"loss": {"web": 2.5}}
+        """
+        sampler = getattr(self.loader, "position_sampler", None)
+        if not isinstance(sampler, MixtureSampler):
+            return
+        names = sampler.mixture.names
+        for key, value in trainer.callback_metrics.items():
+            head, _, tail = key.rpartition("/")
+            if head and tail in names:  # the tensor Lightning keeps (detached), not copied
+                self._memory.setdefault(head, {})[tail] = value
+
+    def state_dict(self) -> dict[str, dict[str, float]]:
+        """The remembered values, ``{name: {source: value}}``, as Python floats (exact).
+
+        Example:
+            >>> mixer = OnlineMixer(None, every_n_steps=None)
+            >>> mixer.load_state_dict({"loss": {"web": 2.5, "code": 1}})
+            >>> mixer.state_dict()
+            {'loss': {'web': 2.5, 'code': 1.0}}
+        """
+        return {
+            name: {source: float(value) for source, value in values.items()}
+            for name, values in self._memory.items()
+        }
+
+    def load_state_dict(self, state: object) -> None:
+        """Replace the memory with a :meth:`state_dict` (``None``: an empty one).
+
+        Raises:
+            TypeError: ``state`` is not ``{name: {source: float}}`` (nothing is changed).
+        """
+        self._memory = {} if state is None else _checked_memory(state)
+
     def stats(self, trainer: pl.Trainer) -> MixingStats:
         """The trained position, its weights and counts, and the per-source metrics."""
         sampler, (epoch, position, _) = self.sampler(), self._trained()
+        self.remember(trainer)
         names = set(sampler.mixture.names)
         metrics: dict[str, dict[str, float]] = {}
-        for key, value in trainer.callback_metrics.items():
-            head, _, tail = key.rpartition("/")
-            if head and tail in names:
-                metrics.setdefault(head, {})[tail] = float(value)
+        for name, values in self._memory.items():
+            kept = {source: float(v) for source, v in values.items() if source in names}
+            if kept:  # a source a config change removed is not reported
+                metrics[name] = kept
         return MixingStats(
             step=int(trainer.global_step),
             epoch=epoch,
@@ -224,8 +315,11 @@ class OnlineMixer:
 
     def step_end(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
         """At a training batch's end on every rank: run a sync point if one is due."""
+        if self.loader is None:
+            return
+        self.remember(trainer)  # what the policy reads and a checkpoint saves
         step = int(trainer.global_step)
-        if step == self._last_step or self.loader is None:
+        if step == self._last_step:
             return  # no optimizer step since the last call (accumulating)
         self._last_step = step
         world = int(trainer.world_size)
