@@ -84,3 +84,26 @@ def run_epochs(loader: StatefulDataLoader, epochs: int) -> list[list[int]]:
     while loader.epoch < epochs:
         out += as_ids(loader)
     return out
+
+
+def documented_order(n: int, seed: int, epoch: int) -> list[int]:
+    """``G`` computed independently of the package: torch's own ``randperm``."""
+    generator = torch.Generator().manual_seed(seed + epoch)
+    return torch.randperm(n, generator=generator).tolist()
+
+
+def documented_rank_batches(
+    order: list[int], start: int, world: int, rank: int, batch: int, drop_last: bool
+) -> list[list[int]]:
+    """A rank's batches over ``order[start:]`` as docs/concepts.md describes the layout.
+
+    The suffix is padded by wrapping around ``G`` (position ``p >= n`` reads ``G[p - n]``)
+    or, with ``drop_last``, trimmed, by fewer than ``world`` samples; rank ``r`` reads every
+    ``world``-th position from ``start + r``; the loader cuts batches of ``batch``, dropping
+    a short last one with ``drop_last``.
+    """
+    n = len(order)
+    rows = (n - start) // world if drop_last else -(-(n - start) // world)
+    mine = [order[(start + rank + world * j) % n] for j in range(rows)]
+    cut = len(mine) // batch * batch if drop_last else len(mine)
+    return [mine[i : i + batch] for i in range(0, cut, batch)]

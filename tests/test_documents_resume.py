@@ -9,6 +9,7 @@ import lightning.pytorch as pl
 import numpy as np
 import pytest
 import torch
+from loader_helpers import documented_order, documented_rank_batches
 
 from lightning_resumable_data import DistributedSampler, MixtureDataset, StatefulDataLoader
 from lightning_resumable_data.documents import PackedDataset, open_megatron, write_megatron
@@ -52,23 +53,26 @@ def _epoch_samples(packed: PackedDataset, epoch: int) -> set[tuple[int, ...]]:
 def test_elastic_resume_every_packed_sample_once(
     packed: PackedDataset, world: int, new_world: int, batch: int, new_batch: int, k: int
 ) -> None:
-    seen: list[tuple[int, ...]] = []
+    # The oracle: docs/concepts.md's layout over torch's randperm (seed 3 + epoch), each
+    # position's sample read from the dataset directly.
+    order = documented_order(len(packed), 3, epoch=0)
+    expected_of = [tuple(packed[i]["input_ids"].tolist()) for i in range(len(packed))]
     state: dict[str, Any] = {}
     for rank in range(world):
         loader = _loader(packed, world, rank, batch)
         iterator = iter(loader)
-        for _ in range(k):
-            seen += _keys(next(iterator))
+        got = [_keys(next(iterator)) for _ in range(k)]
+        wanted = documented_rank_batches(order, 0, world, rank, batch, drop_last=True)[:k]
+        assert got == [[expected_of[i] for i in b] for b in wanted]
         state = loader.state_dict()
+    consumed = k * batch * world
     for rank in range(new_world):
         loader = _loader(packed, new_world, rank, new_batch)
         loader.load_state_dict(state)
-        for batch_ in loader:  # the rest of epoch 0
-            seen += _keys(batch_)
+        got = [_keys(b) for b in loader]  # the rest of epoch 0
+        wanted = documented_rank_batches(order, consumed, new_world, rank, new_batch, True)
+        assert got == [[expected_of[i] for i in b] for b in wanted]
     epoch0 = _epoch_samples(packed, 0)
-    assert len(seen) == len(set(seen))  # nothing twice
-    assert set(seen) <= epoch0
-    assert len(epoch0) - len(seen) < new_world * new_batch + new_world  # only the dropped tail
     # the next epoch packs anew, from the keys, on every rank
     loader = _loader(packed, 1, 0, 4)
     loader.load_state_dict(state)

@@ -5,7 +5,16 @@ from typing import Any
 
 import pytest
 import torch
-from loader_helpers import AugmentedDataset, IndexDataset, as_ids, make_loader, run_epochs, take
+from loader_helpers import (
+    AugmentedDataset,
+    IndexDataset,
+    as_ids,
+    documented_order,
+    documented_rank_batches,
+    make_loader,
+    run_epochs,
+    take,
+)
 
 from lightning_resumable_data import DistributedSampler, StatefulDataLoader, StateMismatchError
 
@@ -69,45 +78,36 @@ def test_state_is_small_global_and_identical_on_every_rank() -> None:
     assert len(repr(states[0])) < 1000
 
 
-def _elastic_union(
-    n: int, world: int, new_world: int, batch: int, new_batch: int, k: int, drop_last: bool
-) -> list[int]:
-    consumed: list[int] = []
+@pytest.mark.parametrize(
+    ("world", "new_world", "batch", "new_batch"),
+    [(2, 1, 4, 4), (1, 2, 4, 4), (2, 3, 4, 4), (2, 2, 4, 3), (3, 2, 2, 5), (4, 3, 3, 2)],
+)
+@pytest.mark.parametrize("k", [0, 1, 3])
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_elastic_resume_reads_the_documented_order(
+    world: int, new_world: int, batch: int, new_batch: int, k: int, drop_last: bool
+) -> None:
+    """Every batch before and after an elastic resume is the one docs/concepts.md gives."""
+    n, seed = 60, 0
+    order = documented_order(n, seed, epoch=0)
     state: dict[str, Any] = {}
     for rank in range(world):
         loader = make_loader(n=n, world=world, rank=rank, batch_size=batch, drop_last=drop_last)
         batches, rank_state = take(loader, k)
-        consumed += [i for b in batches for i in b]
+        assert batches == documented_rank_batches(order, 0, world, rank, batch, drop_last)[:k]
         state = state or rank_state
-    rest: list[int] = []
+    consumed = k * batch * world
     for rank in range(new_world):
         loader = make_loader(
             n=n, world=new_world, rank=rank, batch_size=new_batch, drop_last=drop_last
         )
         loader.load_state_dict(state)
-        rest += [i for b in as_ids(loader) for i in b]  # the rest of the epoch
-        assert loader.epoch == 1
-    return consumed + rest
-
-
-@pytest.mark.parametrize(
-    ("world", "new_world", "batch", "new_batch"),
-    [(2, 1, 4, 4), (1, 2, 4, 4), (2, 3, 4, 4), (2, 2, 4, 3), (3, 2, 2, 5)],
-)
-@pytest.mark.parametrize("k", [0, 1, 3])
-def test_elastic_resume_sees_every_sample_exactly_once(
-    world: int, new_world: int, batch: int, new_batch: int, k: int
-) -> None:
-    n = 60
-    # Padding the ragged tail (the default): nothing lost, only < new_world pads repeat.
-    padded = _elastic_union(n, world, new_world, batch, new_batch, k, drop_last=False)
-    assert set(padded) == set(range(n))
-    assert len(padded) - n < new_world
-    # drop_last: nothing twice, only a < new_world tail dropped (a small last batch is
-    # dropped too, as without a resume).
-    dropped = _elastic_union(n, world, new_world, batch, new_batch, k, drop_last=True)
-    assert len(dropped) == len(set(dropped))
-    assert n - len(dropped) < new_world + new_world * new_batch
+        expected = documented_rank_batches(order, consumed, new_world, rank, new_batch, drop_last)
+        assert as_ids(loader) == expected  # the rest of epoch 0, exactly
+        next_epoch = documented_order(n, seed, epoch=1)
+        assert as_ids(loader) == documented_rank_batches(
+            next_epoch, 0, new_world, rank, new_batch, drop_last
+        )  # and epoch 1 from its start
 
 
 def test_sample_keys_make_augmentations_survive_a_change_of_workers() -> None:
