@@ -28,6 +28,7 @@ PEERS = REPO_ROOT / "benchmarks" / "results" / "peers.json"
 SAMPLER = REPO_ROOT / "benchmarks" / "results" / "sampler.json"
 SHARDS = REPO_ROOT / "benchmarks" / "results" / "shards.json"
 SEEDING = REPO_ROOT / "benchmarks" / "results" / "seeding.json"
+MIXTURE_RANKS = REPO_ROOT / "benchmarks" / "results" / "mixture_ranks.json"
 SEEDING_PAGE = REPO_ROOT / "docs" / "randomness.md"
 SHARDS_PAGE = REPO_ROOT / "docs" / "sharded.md"
 SAMPLER_NAMES = {
@@ -112,7 +113,7 @@ def mixture_table(results: dict[str, Any]) -> list[str]:
     for n, overlap in results.get("pass_overlap", {}).items():
         lines.append(
             f"- N={fmt_n(int(n))}: largest overlap of a source's consecutive passes, per "
-            f"source: {', '.join(f'{v:,}' for v in overlap)} positions (bound: one leaf)."
+            f"source: {', '.join(f'{v:,}' for v in overlap)} positions (must be 0)."
         )
     tables = results.get("tables", {})
     if tables.get("main"):
@@ -209,6 +210,41 @@ def seeding_table(results: dict[str, Any]) -> list[str]:
     ]
 
 
+def mixture_ranks_table(results: dict[str, Any]) -> list[str]:
+    """Cost per sample per rank by source-size mix and world size (``bench_mixture_ranks``)."""
+    lines = [
+        f"`{results['command']}`: N = {fmt_n(results['n'])} samples per epoch, rank 0 of W, "
+        f"one thread pinned to one CPU, CPU time; Python {results['python']}, "
+        f"{results['load_average']} at the end of the run.",
+        "",
+        *table_header(
+            "sources",
+            "W",
+            "rank epoch",
+            "timed samples",
+            "mixture us/sample",
+            "feistel us/sample",
+            "mixture / feistel",
+            "rank epoch s",
+        ),
+    ]
+    for row in results["rows"]:
+        cells = [
+            row["mix"].replace("**", "^"),
+            f"{row['world']:,}",
+            f"{row['rank_epoch']:,}",
+            f"{row['count']:,}",
+            f"{row['mixture_us']:.3f}",
+            f"{row['feistel_us']:.3f}",
+            f"{row['ratio']:.1f}x",
+            f"{row['rank_epoch_s']:.2f}",
+        ]
+        lines.append(table_row(cells))
+    lines.append("")
+    lines += [f"- {verdict}" for verdict in results["verdicts"]]
+    return lines
+
+
 def replace_block(text: str, name: str, lines: Sequence[str]) -> str:
     """Replace the lines between ``<!-- name -->`` and ``<!-- /name -->`` in ``text``."""
     start, end = f"<!-- {name} -->", f"<!-- /{name} -->"
@@ -229,6 +265,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     new = replace_block(text, "mixture-table", mixture_table(results))
     if PEERS.exists():
         new = replace_block(new, "peers-table", peers_table(json.loads(PEERS.read_text())))
+    if MIXTURE_RANKS.exists():
+        ranks = mixture_ranks_table(json.loads(MIXTURE_RANKS.read_text()))
+        new = replace_block(new, "mixture-ranks-table", ranks)
     if SAMPLER.exists():
         new = replace_block(new, "sampler-table", sampler_table(json.loads(SAMPLER.read_text())))
     pages = [(PAGE, text, new)]
