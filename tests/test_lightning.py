@@ -146,7 +146,16 @@ def test_validation_in_the_middle_of_an_epoch_does_not_move_the_position(
     assert interrupted(tmp_path, 12, "--val-every", "5") == single_reference
 
 
-def test_resume_with_another_seed_is_refused_before_training(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (["--seed", "6"], "the data configuration changed (seed: saved 5, now 6)"),
+        (["--mixture"], "the data configuration changed (sources:"),
+    ],
+)
+def test_resume_with_another_seed_or_other_sources_is_refused_before_training(
+    tmp_path: Path, change: list[str], message: str
+) -> None:
     run(tmp_path, "--kill-after", "4", expect_kill=True)
     checkpoint = tmp_path / "ckpt" / "step=4.ckpt"
     result = subprocess.run(
@@ -159,7 +168,7 @@ def test_resume_with_another_seed_is_refused_before_training(tmp_path: Path) -> 
             str(checkpoint),
             "--batch-size",
             "4",
-            "--mixture",
+            *change,
         ],
         capture_output=True,
         text=True,
@@ -167,7 +176,7 @@ def test_resume_with_another_seed_is_refused_before_training(tmp_path: Path) -> 
         env={**os.environ, "PYTHONWARNINGS": "ignore"},
     )
     assert result.returncode != 0
-    assert "the data configuration changed (sources:" in result.stderr
+    assert message in result.stderr, result.stderr[-2000:]
     assert not (tmp_path / "other" / "ids_rank0.jsonl").exists()  # no step was trained
 
 

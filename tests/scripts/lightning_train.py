@@ -78,6 +78,7 @@ def main() -> None:
     parser.add_argument("--val-every", type=int)
     parser.add_argument("--no-len", action="store_true")
     parser.add_argument("--workers", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=5)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
 
@@ -108,7 +109,7 @@ def main() -> None:
         val_dataset=Samples(10) if args.val_every else None,
         batch_size=args.batch_size,
         weights=weights,
-        seed=5,
+        seed=args.seed,
         num_workers=args.workers,
         persistent_workers=args.workers > 0,
     )
