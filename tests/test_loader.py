@@ -1,5 +1,6 @@
 import functools
 import itertools
+import json
 import operator
 from typing import Any
 
@@ -360,3 +361,56 @@ def test_skip_mode_state_is_stable_across_a_reload_before_iterating() -> None:
     twice = make()
     twice.load_state_dict(once.state_dict())  # saved again before the resumed run read anything
     assert seen + run_epochs(twice, 2) == expected
+
+
+class CountingRange(torch.utils.data.Dataset[int]):
+    """``range(n)`` that counts the samples it loads."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.loads = n, 0
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> int:
+        self.loads += 1
+        return index
+
+
+@pytest.mark.parametrize("algorithm", ["feistel"])
+def test_resume_work_does_not_grow_with_the_position(
+    monkeypatch: pytest.MonkeyPatch, algorithm: str
+) -> None:
+    """docs/concepts.md: computing where the suffix starts costs nothing; no index is
+    replayed and no sample is loaded to skip it (with "feistel", only the indices read are
+    computed). Counted, not timed: the same work at positions 10**8 times apart."""
+    import lightning_resumable_data.index.permutation as permutation
+
+    computed: list[int] = []
+    network = permutation._network_permute
+
+    def counting(positions: Any, n: int, key: Any) -> Any:
+        computed.append(len(positions))
+        return network(positions, n, key)
+
+    monkeypatch.setattr(permutation, "_network_permute", counting)
+    work = {}
+    for consumed in (32 * 10**2, 32 * 10**11):  # whole steps of 8 ranks x 4
+        dataset = CountingRange(10**13)
+        sampler = DistributedSampler(dataset, 8, 3, seed=1, algorithm=algorithm)
+        loader = StatefulDataLoader(dataset, batch_size=4, sampler=sampler)
+        state = json.loads(json.dumps(loader.state_dict()))
+        state["consumed"] = state["sampler"]["consumed"] = consumed  # stopped there
+        computed.clear()
+        resumed = StatefulDataLoader(
+            dataset,
+            batch_size=4,
+            sampler=DistributedSampler(dataset, 8, 3, seed=1, algorithm=algorithm),
+        )
+        resumed.load_state_dict(state)
+        first = next(iter(resumed)).tolist()
+        work[consumed] = (sum(computed), dataset.loads)
+        order = permutation.feistel_slice(10**13, 1, 0, consumed + 3, consumed + 3 + 8 * 4)
+        assert first == order[::8].tolist()  # the documented positions, from the resume on
+    assert work[32 * 10**2] == work[32 * 10**11]  # indices computed and samples loaded
+    assert work[32 * 10**2][1] == 4  # only the batch it returns
