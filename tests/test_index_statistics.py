@@ -64,3 +64,36 @@ def test_neighbours_and_fixed_points_at_n_100(draw: Draw, m: int) -> None:
     for test in (laws.adjacency, laws.fixed_points_mean, laws.fixed_points_variance):
         score = test(perms)
         assert abs(score.z) < Z_BOUND, f"{test.__name__}: {score.statistic:.3f} (z={score.z:.1f})"
+
+
+def _streamed(draw_one: Callable[[int], np.ndarray], n: int, m: int) -> tuple[float, float]:
+    """z-scores of the mean fixed points (law: mean 1, variance 1) and of the mean count of
+    neighbours differing by one (mean and variance 2(n-1)/n), over ``m`` permutations."""
+    fixed, adjacent = np.empty(m), np.empty(m)
+    identity = np.arange(n)
+    for i in range(m):
+        perm = draw_one(i)
+        fixed[i] = np.count_nonzero(perm == identity)
+        adjacent[i] = np.count_nonzero(np.abs(np.diff(perm)) == 1)
+    pairs = 2 * (n - 1) / n
+    return (
+        float((fixed.mean() - 1) / np.sqrt(1 / m)),
+        float((adjacent.mean() - pairs) / np.sqrt(pairs / m)),
+    )
+
+
+@pytest.mark.parametrize(("n", "m"), [(2**16 + 1, 300), (2**20 + 7, 100)])
+@pytest.mark.parametrize("source", ["feistel", "numpy"])
+def test_the_network_above_the_exact_threshold(n: int, m: int, source: str) -> None:
+    # The public path at these sizes is the Feistel network itself (not a materialised
+    # NumPy shuffle): its fixed points and neighbours follow the uniform law, as NumPy's do.
+    rng = np.random.default_rng(n)
+
+    def draw_one(i: int) -> np.ndarray:
+        if source == "numpy":
+            return rng.permutation(n)
+        return feistel_slice(n, seed=i, epoch=3, start=0, stop=n)
+
+    fixed_z, adjacent_z = _streamed(draw_one, n, m)
+    assert abs(fixed_z) < Z_BOUND, f"fixed points z={fixed_z:.1f}"
+    assert abs(adjacent_z) < Z_BOUND, f"neighbours differing by one z={adjacent_z:.1f}"
