@@ -165,3 +165,28 @@ def test_megatron_corpus_resumes_a_packed_mixture(results: dict[str, Future[Resu
     assert "megatron-core's IndexedDatasetBuilder" in out  # the peer's own writer
     assert "(to epoch 1): the batches and their document boundaries equal" in out
     assert "Verdict: IDENTICAL" in out
+
+
+def test_make_demo_says_identical(tmp_path: Path) -> None:
+    """README: ``make demo`` (``examples/demo.py``) kills a 2-process run with SIGKILL,
+    resumes it with ckpt_path and compares batches and final parameters: its verdict, and
+    its exit status (0 only when both are identical)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / "demo.py")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=tmp_path,  # its runs/demo folder lands here
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    verdict = [line for line in result.stdout.splitlines() if line.startswith("Verdict:")]
+    assert verdict, result.stdout[-3000:]
+    assert verdict[0].startswith(
+        "Verdict: IDENTICAL: nothing replayed, nothing skipped; final parameters bit-identical"
+    )
+    assert "Compared 24 steps x 16 samples (2 ranks x 8): 24 identical, 0 different." in (
+        result.stdout
+    )
+    assert (tmp_path / "runs" / "demo" / "b" / "ckpt").is_dir()
