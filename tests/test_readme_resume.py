@@ -70,7 +70,7 @@ def run(folder: Path, kill: int) -> int:
 
 def ledger(folder: Path) -> list[tuple[int, str]]:
     lines = (folder / "ledger.jsonl").read_text().splitlines()
-    return [tuple(json.loads(line)) for line in lines]  # type: ignore[misc]
+    return [(int(step), str(digest)) for step, digest in map(json.loads, lines)]
 
 
 def test_readme_lightning_snippet_resumes_exactly(tmp_path: Path) -> None:
