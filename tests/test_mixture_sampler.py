@@ -439,3 +439,44 @@ def test_states_of_the_earlier_mixture_order_are_refused_with_how_to_finish_them
     with pytest.raises(StateMismatchError, match=r"pip install 'lightning-resumable-data<0.3'"):
         fresh.load_state_dict(state)
     assert fresh.consumed == 0  # nothing changed
+
+
+def test_an_online_change_does_not_depend_on_when_it_is_made() -> None:
+    # Found by a docs-only user test: made before iter() it re-planned the positions
+    # before it; an online change never moves them, made early or late.
+    mix = MixtureDataset({"a": range(1000), "b": range(3), "c": range(1)})
+
+    def make() -> MixtureSampler:
+        return MixtureSampler(mix, [2, 0, 1], 1, 0, seed=49, samples_per_epoch=97)
+
+    untouched = list(make())
+    early = make()
+    early.update_weights([1, 1, 3], epoch=0, position=8, kind="online")
+    late = make()
+    it = iter(late)
+    first = next(it)
+    late.update_weights([1, 1, 3], epoch=0, position=8, kind="online")
+    assert list(early) == [first, *it]
+    assert list(make())[:8] == untouched[:8]
+    assert early.schedule == late.schedule
+
+
+def test_an_online_change_at_the_first_position_resumes() -> None:
+    # Found by a docs-only user test: it replaced the initial weights in the schedule, and
+    # a fresh sampler (with those initial weights) refused the state.
+    mix = MixtureDataset({"a": range(50), "b": range(1000, 1050)})
+
+    def make() -> StatefulDataLoader:
+        sampler = MixtureSampler(mix, {"a": 1, "b": 1}, 1, 0, seed=0, samples_per_epoch=20)
+        return StatefulDataLoader(mix, batch_size=5, sampler=sampler)
+
+    loader = make()
+    loader.sampler.update_weights({"a": 0, "b": 1}, kind="online")  # type: ignore[union-attr]
+    it = iter(loader)
+    seen = [next(it).tolist() for _ in range(2)]
+    state = json.loads(json.dumps(loader.state_dict()))
+    rest = [b.tolist() for b in it]
+    assert all(v >= 1000 for b in seen + rest for v in b)  # only b, from the first sample
+    resumed = make()
+    resumed.load_state_dict(state)
+    assert [b.tolist() for b in resumed] == rest

@@ -265,8 +265,12 @@ class MixtureSampler(DistributedSampler):
         error names the earliest allowed one. With several ranks, pass the same position
         on every rank, one no rank has handed out (the Lightning callback does).
 
-        The segment a change interrupts keeps the arrangement it was planned with (its
-        prefix is used), so the result depends only on the schedule, never on timing.
+        An ``"online"`` change never changes the positions before it: the segment it
+        interrupts keeps the arrangement it was planned with (its prefix is used), whether
+        the change is made before reading or while reading, so the order depends only on
+        the changes, never on when they were made. A ``"declared"`` change (a phase) made
+        before its epoch is read plans the segments on both sides of it afresh, so that each
+        draws exactly its counts.
 
         Args:
             weights: A weight per source (a mapping naming every source, or a sequence).
@@ -298,7 +302,11 @@ class MixtureSampler(DistributedSampler):
         temperature = governing["temperature"] if temperature is None else temperature
         entry = self._entry(epoch, position, weights, temperature, kind)
         index = self._governing(epoch, position)
-        same = index >= 0 and entry_key(self._schedule[index]) == (epoch, position)
+        same = (
+            index >= 0
+            and entry_key(self._schedule[index]) == (epoch, position)
+            and (self._schedule[index]["kind"] == "online") == (kind == "online")
+        )  # an online change at a declared entry's position goes after it, not over it
         if same and (governing["weights"], governing["temperature"]) == (
             entry["weights"],
             entry["temperature"],
@@ -312,7 +320,8 @@ class MixtureSampler(DistributedSampler):
                 f"change (epoch {last['epoch']}, position {last['position']}); add changes in "
                 "order (online changes, kind='online', may come before declared phases)."
             )
-        if not same and self._started(epoch):
+        if not same and (self._started(epoch) or kind == "online"):
+            # an online change never moves what comes before it, made early or late
             self._freeze_segment_at(epoch, position)
             index = self._governing(epoch, position)
         tail = index == len(self._schedule) - 1

@@ -183,12 +183,24 @@ def reconcile_schedule(
                 e["position"] for e in saved if e["epoch"] == epoch and e["position"] > consumed
             ]
             governing["plan_end"] = min([*later, owner.epoch_length])
-    ahead = {entry_key(e): dict(e) for e in now if entry_key(e) > point}
-    # online changes decided before the save keep their places (they win a tie)
-    ahead |= {
-        entry_key(e): dict(e) for e in saved if entry_key(e) > point and _kind(e) != "declared"
-    }
+    ahead = {(*entry_key(e), False): dict(e) for e in now if entry_key(e) > point}
+    # online changes decided before the save keep their places (after a declared change
+    # at the same position; a carried entry there is the saved one's)
+    for e in saved:
+        if entry_key(e) > point and _kind(e) != "declared":
+            ahead[(*entry_key(e), _kind(e) == "online")] = dict(e)
     return merged + [ahead[k] for k in sorted(ahead)]
+
+
+def _follows(previous: Mapping[str, Any], entry: Mapping[str, Any]) -> bool:
+    """Whether ``entry`` may follow ``previous`` in a schedule.
+
+    Later, or an online change at the position of a declared or carried one (the online
+    change governs from there).
+    """
+    if entry_key(entry) != entry_key(previous):
+        return entry_key(entry) > entry_key(previous)
+    return _kind(entry) == "online" and _kind(previous) != "online"
 
 
 def _all_valid(owner: Any, schedule: list[Any]) -> bool:
@@ -255,7 +267,7 @@ def check_schedule(owner: Any, schedule: object) -> list[dict[str, Any]]:
             fresh["kind"] = _kind(entry)
             if fresh["kind"] not in KINDS:
                 raise ValueError(f"kind={fresh['kind']!r} must be one of {list(KINDS)}")
-            if checked and (epoch, position) <= (checked[-1]["epoch"], checked[-1]["position"]):
+            if checked and not _follows(checked[-1], fresh):
                 raise ValueError(f"change at (epoch {epoch}, position {position}) is out of order")
             checked.append(fresh)
     except (KeyError, TypeError, ValueError, OverflowError) as error:
