@@ -466,17 +466,17 @@ def test_an_online_change_at_the_first_position_resumes() -> None:
     # a fresh sampler (with those initial weights) refused the state.
     mix = MixtureDataset({"a": range(50), "b": range(1000, 1050)})
 
-    def make() -> StatefulDataLoader:
+    def make() -> tuple[MixtureSampler, StatefulDataLoader]:
         sampler = MixtureSampler(mix, {"a": 1, "b": 1}, 1, 0, seed=0, samples_per_epoch=20)
-        return StatefulDataLoader(mix, batch_size=5, sampler=sampler)
+        return sampler, StatefulDataLoader(mix, batch_size=5, sampler=sampler)
 
-    loader = make()
-    loader.sampler.update_weights({"a": 0, "b": 1}, kind="online")  # type: ignore[union-attr]
+    sampler, loader = make()
+    sampler.update_weights({"a": 0, "b": 1}, kind="online")
     it = iter(loader)
     seen = [next(it).tolist() for _ in range(2)]
     state = json.loads(json.dumps(loader.state_dict()))
     rest = [b.tolist() for b in it]
     assert all(v >= 1000 for b in seen + rest for v in b)  # only b, from the first sample
-    resumed = make()
+    _, resumed = make()
     resumed.load_state_dict(state)
     assert [b.tolist() for b in resumed] == rest

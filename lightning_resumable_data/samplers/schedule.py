@@ -188,7 +188,8 @@ def reconcile_schedule(
     # at the same position; a carried entry there is the saved one's)
     for e in saved:
         if entry_key(e) > point and _kind(e) != "declared":
-            ahead[(*entry_key(e), _kind(e) == "online")] = dict(e)
+            slot = (*entry_key(e), _kind(e) == "online")
+            ahead[slot] = dict(e)
     return merged + [ahead[k] for k in sorted(ahead)]
 
 
