@@ -480,3 +480,21 @@ def test_an_online_change_at_the_first_position_resumes() -> None:
     _, resumed = make()
     resumed.load_state_dict(state)
     assert [b.tolist() for b in resumed] == rest
+
+
+def test_online_changes_give_one_order_whatever_order_they_are_made_in() -> None:
+    # Found by a docs-only user test: the segment of the earlier change was planned up to
+    # the later one only if that one was made first. Online changes only cut segments.
+    mix = MixtureDataset({"a": range(7), "b": range(100, 116), "c": range(200, 217)})
+    first = {"weights": [1, 3, 1], "temperature": 2.0, "epoch": 0, "position": 214}
+    second = {"weights": [1, 0.5, 1], "epoch": 0, "position": 122}
+
+    def read(*changes: dict[str, Any]) -> list[int]:
+        s = MixtureSampler(mix, [3, 1, 0], 1, 0, seed=39, samples_per_epoch=240)
+        it = iter(s)
+        head = [next(it) for _ in range(120)]
+        for change in changes:
+            s.update_weights(**change, kind="online")
+        return head + list(it)
+
+    assert read(first, second) == read(second, first)

@@ -265,12 +265,13 @@ class MixtureSampler(DistributedSampler):
         error names the earliest allowed one. With several ranks, pass the same position
         on every rank, one no rank has handed out (the Lightning callback does).
 
-        An ``"online"`` change never changes the positions before it: the segment it
-        interrupts keeps the arrangement it was planned with (its prefix is used), whether
-        the change is made before reading or while reading, so the order depends only on
-        the changes, never on when they were made. A ``"declared"`` change (a phase) made
-        before its epoch is read plans the segments on both sides of it afresh, so that each
-        draws exactly its counts.
+        An ``"online"`` change only cuts: every segment is planned up to the next declared
+        change (or the epoch's end), whatever online changes follow, so an online change
+        never changes the positions before it, and the order depends only on the set of
+        changes, never on when or in which order they were made. A ``"declared"`` change (a
+        phase) made before its epoch is read ends the plan of the segment before it, so that
+        each draws exactly its counts; made while reading, it leaves the positions before it
+        as they were planned.
 
         Args:
             weights: A weight per source (a mapping naming every source, or a sequence).
@@ -320,9 +321,8 @@ class MixtureSampler(DistributedSampler):
                 f"change (epoch {last['epoch']}, position {last['position']}); add changes in "
                 "order (online changes, kind='online', may come before declared phases)."
             )
-        if not same and (self._started(epoch) or kind == "online"):
-            # an online change never moves what comes before it, made early or late
-            self._freeze_segment_at(epoch, position)
+        if not same and kind != "online" and self._started(epoch):
+            self._freeze_segment_at(epoch, position)  # the positions read keep their plan
             index = self._governing(epoch, position)
         tail = index == len(self._schedule) - 1
         if same:
@@ -366,7 +366,7 @@ class MixtureSampler(DistributedSampler):
         if governing["plan_end"] is None:
             plan = self._plan(epoch, governing["position"])
             found = bisect.bisect_left(plan, governing["position"], key=lambda s: s.start)
-            governing["plan_end"] = plan[found].stop
+            governing["plan_end"] = plan[found].key[2]
 
     # -- the order --------------------------------------------------------------------------
 
@@ -376,10 +376,16 @@ class MixtureSampler(DistributedSampler):
         entry: dict[str, Any],
         stop: int,
         drawn: NDArray[np.int64],
+        planned_end: int,
     ) -> _Segment:
+        """The segment of ``entry``, read up to ``stop``.
+
+        It is planned up to ``planned_end`` (the next declared change) unless its entry
+        pinned another end (``plan_end``).
+        """
         start = entry["position"] if entry["epoch"] == epoch else 0
         frozen = entry["plan_end"] is not None and entry["epoch"] == epoch
-        end = entry["plan_end"] if frozen else stop
+        end = entry["plan_end"] if frozen else planned_end
         probs = mixture_probabilities(entry["weights"], entry["temperature"])
         counts = target_counts(probs, end - start)
         layout = arrangement(counts, self.seed, (epoch, start, end))
@@ -408,10 +414,17 @@ class MixtureSampler(DistributedSampler):
             drawn = anchor.drawn
         last = bisect.bisect_left(self._schedule, (epoch, self.epoch_length), key=entry_key)
         entries = [self._schedule[first], *self._schedule[first + 1 : last]]
+        # Online changes only cut segments: each is planned up to the next declared change.
+        planned, following = [], self.epoch_length
+        for entry in reversed(entries):
+            planned.append(following)
+            if entry["kind"] == "declared" and entry["epoch"] == epoch:
+                following = entry["position"]
+        planned.reverse()
         plan = []
         for i, entry in enumerate(entries):
             stop = entries[i + 1]["position"] if i + 1 < len(entries) else self.epoch_length
-            plan.append(self._segment(epoch, entry, stop, drawn))
+            plan.append(self._segment(epoch, entry, stop, drawn, planned[i]))
             drawn = self._handed_on(plan[-1])
         self._plans = {epoch: plan}
         return plan
@@ -423,9 +436,10 @@ class MixtureSampler(DistributedSampler):
             return False
         if position >= self.epoch_length:
             return True  # past this epoch's end: its plan is unchanged
-        before = self._schedule[self._governing(epoch, position) - 1]
+        index = self._governing(epoch, position)
+        before, online = self._schedule[index - 1], self._schedule[index]["kind"] == "online"
         frozen = before["plan_end"] is not None and before["epoch"] == epoch
-        return frozen and plan[-1].start < position
+        return (online or frozen) and plan[-1].start < position
 
     def _extend_plan(self, epoch: int, entry: dict[str, Any]) -> None:
         """Cut the cached plan's last segment at ``entry`` and append ``entry``'s segment."""
@@ -434,7 +448,7 @@ class MixtureSampler(DistributedSampler):
             return
         plan[-1].stop = entry["position"]
         drawn = self._handed_on(plan[-1])
-        plan.append(self._segment(epoch, entry, self.epoch_length, drawn))
+        plan.append(self._segment(epoch, entry, self.epoch_length, drawn, self.epoch_length))
 
     def _chunks(
         self, epoch: int, start: int, stream: Callable[[], ChunkStream]

@@ -179,8 +179,10 @@ def reconcile_schedule(
             governing = dict(governing, epoch=epoch, position=0, plan_end=None, kind="carry")
             merged.append(governing)
         if governing["plan_end"] is None:
-            later = [
-                e["position"] for e in saved if e["epoch"] == epoch and e["position"] > consumed
+            later = [  # its plan ends at the next declared change (online ones only cut)
+                e["position"]
+                for e in saved
+                if e["epoch"] == epoch and e["position"] > consumed and _kind(e) == "declared"
             ]
             governing["plan_end"] = min([*later, owner.epoch_length])
     ahead = {(*entry_key(e), False): dict(e) for e in now if entry_key(e) > point}
