@@ -275,7 +275,9 @@ class MixtureSampler(DistributedSampler):
 
         Args:
             weights: A weight per source (a mapping naming every source, or a sequence).
-            temperature: The temperature; ``None`` keeps the one in force there.
+            temperature: The temperature; ``None`` takes the one in force at ``position``
+                when the call is made (pass it explicitly when changes may be made out of
+                order).
             epoch: The epoch; ``None`` is the current one.
             position: The global position; ``None`` is the earliest not handed out.
             kind: ``"declared"`` (a phase: checked against the schedule on resume) or

@@ -168,7 +168,9 @@ def reconcile_schedule(
             f"the saved one at change #{mismatch}: saved {shown_saved}, now "
             f"{key(now[mismatch])} (epoch, position, weights, temperature). The resumed "
             "run would not mix what the interrupted run mixed. Restore the saved phases, "
-            "or set allow_schedule_change=True to keep the saved schedule up to the "
+            "or accept the change on purpose (ResumableDataModule(allow_config_change=True), or "
+            "sampler.allow_schedule_change = True before loading) to keep the saved schedule "
+            "up to the "
             "resume point and use the new one after it."
         )
     point = (epoch, consumed)
