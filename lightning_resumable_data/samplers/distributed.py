@@ -242,6 +242,8 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
         an epoch's end — must not move the order under it.
         """
         self._epoch_locked = False
+        if epoch != self.epoch:
+            self._resume_at = 0  # the loader moved past a restored position: no warning
         self.set_epoch(epoch)
         self._epoch_locked = True
 
