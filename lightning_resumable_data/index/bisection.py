@@ -78,6 +78,17 @@ def _distinct(ids: NDArray[np.int64]) -> NDArray[np.int64]:
     return ids[_first(ids)]
 
 
+_M64: Final = (1 << 64) - 1
+
+
+def _mix_int(counter: int, seed: int) -> int:
+    """:func:`mix64` of one counter, in Python integers (no array overhead)."""
+    z = (counter * 0x9E3779B97F4A7C15 + seed) & _M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+    return z ^ (z >> 31)
+
+
 def _scaled(word: int, n: int) -> int:
     """``word`` (64 bits) scaled to a uniform integer in ``[0, n)``."""
     return (word * n) >> 64
@@ -104,13 +115,13 @@ class Bisection:
         self.depth = (self.length - 1).bit_length()
         words = key_sequence(_BISECTION_STREAM, *key).generate_state(self.depth + 1, np.uint64)
         self._level_keys = words.astype(np.uint64)
+        self._key_ints: list[int] = self._level_keys.tolist()
         self._spine = self._walk_spine()
         self._pivots: OrderedDict[int, tuple[int, int]] = OrderedDict()
         self._pivot_level = max(0, self.depth - PIVOT_BITS)
 
     def _word(self, level: int, index: int) -> int:
-        counter = np.array([index], dtype=np.uint64)
-        return int(mix64(counter, self._level_keys[level])[0])
+        return _mix_int(index, self._key_ints[level])
 
     def _walk_spine(self) -> dict[int, int]:
         """Left-child ones of the ragged last node of each level (exact integers)."""
@@ -252,15 +263,30 @@ class Bisection:
         """
         if len(ids) > _PIVOTS_CACHED:
             return self._from_root(ids)
-        missing = [i for i in ids.tolist() if i not in self._pivots]
-        if missing:
-            ones, before = self._from_root(np.array(missing, dtype=np.int64))
-            for i, c, b in zip(missing, ones.tolist(), before.tolist(), strict=True):
-                self._pivots[i] = (c, b)
+        for i in ids.tolist():
+            if i not in self._pivots:
+                self._pivots[i] = self._walk_to(i)
             while len(self._pivots) > 4 * _PIVOTS_CACHED:
                 self._pivots.popitem(last=False)
         rows = np.array([self._pivots[i] for i in ids.tolist()], dtype=np.int64).reshape(-1, 2)
         return rows[:, 0].copy(), rows[:, 1].copy()
+
+    def _walk_to(self, pivot: int) -> tuple[int, int]:
+        """Ones in and before one pivot node, walked down from the root in Python integers."""
+        ones, before, last = self.ones, 0, self.length - 1
+        for level in range(self._pivot_level):
+            node = pivot >> (self._pivot_level - level)
+            ragged = self._spine.get(level)
+            if ragged is not None and node == last >> (self.depth - level):
+                left = ragged
+            else:
+                coin = (self._word(level, node >> 6) >> (node & 63)) & 1
+                left = (ones >> 1) + (ones & 1) * coin
+            if (pivot >> (self._pivot_level - level - 1)) & 1:
+                ones, before = ones - left, before + left
+            else:
+                ones = left
+        return ones, before
 
     def _from_root(self, ids: NDArray[np.int64]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
         """Ones in and before the pivot nodes ``ids`` (sorted, distinct), from the root."""
