@@ -225,3 +225,45 @@ def test_a_file_is_downloaded_once_by_a_node_and_the_others_wait(tmp_path: Path)
     for name in shard_files:  # one GET per shard for the whole node
         assert sum(path.endswith("/" + name) for path in gets) == 1, (name, gets)
     assert sum(int(out[1]) for out in outputs) == len(shard_files)  # downloads, all processes
+
+
+def test_secrets_never_reach_a_state_a_log_or_an_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """docs/remote.md: storage_options never reaches a state dict, a log line or an error
+    message, and URLs are printed without user info or query strings."""
+    import json
+    import logging
+
+    from lightning_resumable_data import StatefulDataLoader
+
+    caplog.set_level(logging.DEBUG)
+    make_shards(tmp_path / "d")
+    secrets = ("SECRET-OPTION", "SECRET-PASSWORD", "SECRET-SIGNATURE")
+    with FileServer(tmp_path / "d") as server:
+        options = {"headers": {"X-Token": "SECRET-OPTION"}}
+        cache = ShardCache(tmp_path / "c", storage_options=options, retry=FAST)
+        dataset = dataset_over(server.url, cache)
+        loader = StatefulDataLoader(dataset, batch_size=2, sampler=dataset.sampler(1, 0))
+        next(iter(loader))
+        shown = [json.dumps(loader.state_dict()), repr(cache), repr(dataset)]
+        dataset.close()
+        # Errors about URLs with user info and a presigned-style query string.
+        server.status["/shard_00002.bin"] = 403
+        fresh = ShardCache(tmp_path / "c2", storage_options=options, retry=FAST)
+        signed = server.url.replace("http://", "http://user:SECRET-PASSWORD@")
+        with pytest.raises(PermissionError) as forbidden:
+            open_token_shards(signed, cache=fresh)[2].load()
+        shown.append(f"{forbidden.value!r} {forbidden.value}")
+        assert "127.0.0.1" in str(forbidden.value)  # the URL is named, without its user info
+        with pytest.raises(Exception) as bad:  # noqa: PT011 - any error: its text is checked
+            open_token_shards(f"{server.url}/missing?sig=SECRET-SIGNATURE", cache=fresh)
+        shown.append(f"{bad.value!r} {bad.value}")
+        fresh.close()
+        cache.close()
+    # The package's own log lines (fsspec's DEBUG lines are fsspec's: not filtered here).
+    ours = [r for r in caplog.records if r.name.startswith("lightning_resumable_data")]
+    shown += [record.getMessage() for record in ours]
+    for text in shown:
+        for secret in secrets:
+            assert secret not in text, text
