@@ -267,3 +267,26 @@ def test_secrets_never_reach_a_state_a_log_or_an_error(
     for text in shown:
         for secret in secrets:
             assert secret not in text, text
+
+
+def test_the_default_retry_policy(tmp_path: Path) -> None:
+    """docs/remote.md: a 5xx is retried with exponential backoff and jitter, by default
+    RetryPolicy(attempts=6, base_s=0.25, cap_s=8); after the last attempt a RemoteReadError
+    names the URL and the last error."""
+    from lightning_resumable_data.remote import RemoteReadError
+
+    make_shards(tmp_path / "d")
+    with FileServer(tmp_path / "d") as server:
+        cache = ShardCache(tmp_path / "c")  # the default policy
+        readers = open_token_shards(server.url, cache=cache)
+        server.status["/shard_00001.bin"] = 503
+        server.requests.clear()
+        start = time.perf_counter()
+        with pytest.raises(RemoteReadError, match=r"shard_00001\.bin.*503") as raised:
+            readers[1].load()
+        elapsed = time.perf_counter() - start
+        cache.close()
+    assert server.requests == [("GET", "/shard_00001.bin")] * 6  # six tries in all
+    delays = [0.25 * 2**k for k in range(5)]  # before tries 2..6, each jittered in [d/2, d]
+    assert sum(delays) / 2 <= elapsed < sum(delays) + 2, elapsed
+    assert "127.0.0.1" in str(raised.value)
