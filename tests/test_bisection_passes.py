@@ -4,6 +4,7 @@ import itertools
 import math
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -83,3 +84,16 @@ def test_passes_are_independent_of_each_other() -> None:
     chi2 = float((((pairs - expected) ** 2) / expected).sum())
     dof = size * size - 1
     assert chi2 < dof + 4.75 * math.sqrt(2 * dof)  # about p = 1e-5
+
+
+def test_the_smallest_sequences() -> None:
+    # Found by mutation testing: hypothesis did not reach length 1 with a one.
+    for length, ones in [(1, 0), (1, 1), (2, 0), (2, 1), (2, 2), (3, 2)]:
+        bits, before = Bisection(length, ones, (9,)).locate(np.arange(length))
+        assert int(bits.sum()) == ones
+        np.testing.assert_array_equal(before, np.cumsum(bits) - bits)
+        assert Bisection(length, ones, (9,)).ones_before(length) == ones
+    with pytest.raises(ValueError, match="need length >= 1 and 0 <= ones <= length"):
+        Bisection(0, 0, (9,))
+    with pytest.raises(ValueError, match="need length >= 1 and 0 <= ones <= length"):
+        Bisection(3, 4, (9,))

@@ -144,19 +144,16 @@ class Bisection:
         return spine
 
     def _left(
-        self, level: int, ids: NDArray[np.int64], ones: NDArray[np.int64], shared: bool
+        self, level: int, ids: NDArray[np.int64], ones: NDArray[np.int64]
     ) -> NDArray[np.int64]:
         """Ones given to the left child of each node ``ids`` of ``level`` (sorted, distinct).
 
-        ``shared``: many nodes share a coin word (a dense batch): hash each word once.
+        Nodes sharing a coin word (64 consecutive ids) hash it once.
         """
         groups = ids >> 6
-        if shared:
-            first = _first(groups)
-            words = mix64(groups[first].astype(np.uint64), self._level_keys[level])
-            words = words[np.cumsum(first) - 1]
-        else:
-            words = mix64(groups.astype(np.uint64), self._level_keys[level])
+        first = _first(groups)
+        words = mix64(groups[first].astype(np.uint64), self._level_keys[level])
+        words = words[np.cumsum(first) - 1]
         coin = ((words >> (ids & 63).astype(np.uint64)) & _ONE).astype(np.int64)
         left: NDArray[np.int64] = (ones >> 1) + (ones & 1) * coin
         ragged = self._spine.get(level)
@@ -190,7 +187,7 @@ class Bisection:
                     kept = children - 2 * first
                     ones, before = ones[kept], before[kept]
                 continue
-            left = self._left(level, parents, ones, True)
+            left = self._left(level, parents, ones)
             row = np.cumsum(_first(children >> 1)) - 1
             right = children & 1
             given = left[row]
