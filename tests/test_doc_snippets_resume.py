@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -149,3 +150,22 @@ def test_doc_snippet_resumes_exactly(name: str, tmp_path: Path) -> None:
     resumed = ledger(stopped)[len(first) :]
     assert resumed[0][0] == snippet.resumes_at  # from the last checkpoint, not from 0
     assert resumed == reference[snippet.resumes_at :]  # the uninterrupted run's batches
+
+
+def test_sharded_snippet_resumes_after_the_crash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/sharded.md's loop, as written, then ``resumed`` read on: batches 6, 7, ... of it."""
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, object] = {"__name__": "__main__"}
+    exec(compile(Snippet("docs/sharded.md", "", 0, 0, 0).code(), "sharded.md", "exec"), namespace)
+    from lightning_resumable_data import ShardedDataLoader, open_token_shards
+
+    assert namespace["step"] == 5  # the snippet broke out of its loop after batch 5
+    whole = ShardedDataLoader(open_token_shards("data/"), batch_size=8)
+    uninterrupted = [batch.clone() for batch in whole]
+    after = [batch.clone() for batch in namespace["resumed"]]  # type: ignore[attr-defined]
+    assert len(uninterrupted) > 6
+    assert len(after) == len(uninterrupted) - 6
+    for expected, got in zip(uninterrupted[6:], after, strict=True):
+        assert torch.equal(expected, got.cpu())
