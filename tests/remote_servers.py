@@ -77,6 +77,10 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
         self.server.requests.append((self.command, self.path))
         if self.server.delay:
             time.sleep(self.server.delay)
+        if self.path in self.server.stall or "*" in self.server.stall:
+            self.server.release.wait()  # the request was read; no answer until stop()
+            self.close_connection = True
+            return True
         status = self.server.status.get(self.path)
         if status is not None:
             self.send_error(status)
@@ -84,8 +88,19 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
         return False
 
     def do_GET(self) -> None:
-        if not self._intercept():
-            super().do_GET()
+        if self._intercept():
+            return
+        if self.server.cut.get(self.path, 0) > 0:  # half the body, then hang up
+            self.server.cut[self.path] -= 1
+            data = (Path(self.directory) / self.path.lstrip("/")).read_bytes()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data[: len(data) // 2])
+            self.wfile.flush()
+            self.close_connection = True
+            return
+        super().do_GET()
 
     def do_HEAD(self) -> None:
         if not self._intercept():
@@ -96,11 +111,19 @@ class _Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
     delay = 0.0
     status: dict[str, int]
+    stall: set[str]
+    cut: dict[str, int]
+    release: threading.Event
     requests: list[tuple[str, str]]
 
 
 class FileServer:
-    """Serve ``directory`` over HTTP on 127.0.0.1; :meth:`stop` and :meth:`start` again."""
+    """Serve ``directory`` over HTTP on 127.0.0.1; :meth:`stop` and :meth:`start` again.
+
+    Faults: ``delay`` before each answer; ``status[path]``, an error status;
+    ``stall`` (paths, or ``"*"``), requests read and never answered until :meth:`stop`;
+    ``cut[path] = n``, the next ``n`` GETs of ``path`` send half the body and hang up.
+    """
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.directory = Path(directory)
@@ -108,6 +131,8 @@ class FileServer:
         self.url = f"http://127.0.0.1:{self.port}"
         self.delay = 0.0
         self.status: dict[str, int] = {}
+        self.stall: set[str] = set()
+        self.cut: dict[str, int] = {}
         self.requests: list[tuple[str, str]] = []
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -116,6 +141,7 @@ class FileServer:
         handler = functools.partial(_Handler, directory=str(self.directory))
         server = _Server(("127.0.0.1", self.port), handler)
         server.delay, server.status, server.requests = self.delay, self.status, self.requests
+        server.stall, server.cut, server.release = self.stall, self.cut, threading.Event()
         self._server = server
         self._thread = threading.Thread(target=server.serve_forever, daemon=True)
         self._thread.start()
@@ -128,6 +154,7 @@ class FileServer:
     def stop(self) -> None:
         server, self._server = self._server, None
         if server is not None:
+            server.release.set()  # stalled requests end
             server.shutdown()
             server.server_close()
         if self._thread is not None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import stat
 import threading
 from collections.abc import Iterator
@@ -146,12 +148,20 @@ def test_cache_bound_eviction_by_order_and_prefetch(tmp_path: Path) -> None:
                 return 0
             return status.st_size if stat.S_ISREG(status.st_mode) else 0
 
+        def on_disk() -> int:  # under the cache's lock: no eviction or reservation mid-scan
+            (tmp_path / "cache").mkdir(exist_ok=True)
+            lock = os.open(tmp_path / "cache" / ".lock", os.O_RDWR | os.O_CREAT)
+            try:
+                fcntl.flock(lock, fcntl.LOCK_SH)
+                return sum(size(path) for path in (tmp_path / "cache").rglob("*"))
+            finally:
+                os.close(lock)
+
         def watch() -> None:  # sampled all the time, not only between batches
             while not done.is_set():
-                on_disk = sum(size(path) for path in (tmp_path / "cache").rglob("*"))
+                peaks["on disk"] = max(peaks["on disk"], on_disk())
                 peaks["samples"] += 1
                 peaks["accounted"] = max(peaks["accounted"], cache.cached_bytes())
-                peaks["on disk"] = max(peaks["on disk"], on_disk)
 
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()

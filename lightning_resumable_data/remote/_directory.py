@@ -16,7 +16,7 @@ Example:
     >>> for key in ("a", "b"):
     ...     temporary = directory.reserve(directory.path(key), 6, rank=None, priority={})
     ...     _ = temporary.write_bytes(b"x" * 6)
-    ...     _ = temporary.replace(directory.path(key))
+    ...     directory.commit(temporary, directory.path(key))
     >>> sorted(path.name for path, _, _ in directory.entries()), directory.cached_bytes()
     (['b'], 6)
 """
@@ -92,8 +92,12 @@ class CacheDirectory:
         return out
 
     def cached_bytes(self) -> int:
-        """Bytes of the files plus the downloads in flight (all processes)."""
-        return sum(size for _, size, _ in self.entries())
+        """Bytes of the files plus the downloads in flight (all processes).
+
+        Read under the directory's lock, so no eviction or reservation happens mid-count.
+        """
+        with self.locked(self.root / ".lock", fcntl.LOCK_SH):
+            return sum(size for _, size, _ in self.entries())
 
     def reserve(
         self, target: Path, size: int, rank: int | None, priority: Mapping[str, int]
@@ -111,6 +115,15 @@ class CacheDirectory:
                 return None
             temporary.touch()
         return temporary
+
+    def commit(self, temporary: Path, target: Path) -> None:
+        """Rename a finished download into place, under the directory's lock.
+
+        A scan that decides what to evict then never sees the file half-renamed (neither
+        or both of its names), so it never counts it as free room.
+        """
+        with self.locked(self.root / ".lock", fcntl.LOCK_EX):
+            os.replace(temporary, target)
 
     def _make_room(self, size: int, rank: int | None, priority: Mapping[str, int]) -> bool:
         assert self.max_bytes is not None  # only called with a bound

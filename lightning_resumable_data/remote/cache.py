@@ -33,6 +33,7 @@ Example:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import hashlib
@@ -129,16 +130,32 @@ class ShardCache:
         scheme = url.split("://", 1)[0]
         entry = self._fs.get(scheme)
         if entry is None or entry[1] != os.getpid():  # a forked worker opens its own
-            fs, _ = filesystem(url, self.storage_options)
+            fs, _ = filesystem(
+                url, self.storage_options, connect_timeout_s=self.retry.connect_timeout_s
+            )
             self._fs[scheme] = entry = (fs, os.getpid())
         return entry[0], type(entry[0])._strip_protocol(url)
+
+    def _request(self, fs: Any, method: str, path: str, **kwargs: Any) -> Any:
+        """``fs.<method>(path, **kwargs)``, cancelled after ``retry.timeout_s`` seconds."""
+        from fsspec.asyn import AsyncFileSystem, FSTimeoutError, sync
+
+        timeout = self.retry.timeout_s
+        if not isinstance(fs, AsyncFileSystem):  # local and in-memory files: no network
+            return getattr(fs, method)(path, **kwargs)
+        try:
+            return sync(fs.loop, getattr(fs, "_" + method), path, timeout=timeout, **kwargs)
+        except (FSTimeoutError, asyncio.TimeoutError) as error:
+            raise TimeoutError(
+                f"no complete answer within timeout_s={timeout:g} s (RetryPolicy)"
+            ) from error
 
     def stat(self, url: str) -> RemoteObject:
         """Size and ETag of ``url`` (one request, retried)."""
         fs, path = self._filesystem(url)
         with contextlib.suppress(Exception):
             fs.invalidate_cache(path)  # a listing cached earlier may be stale
-        info = with_retries(lambda: fs.info(path), url, self.retry, "stat")
+        info = with_retries(lambda: self._request(fs, "info", path), url, self.retry, "stat")
         if info.get("size") is None:
             raise ValueError(f"{redact(url)!r} has no known size; the server must send one.")
         return RemoteObject(url, int(info["size"]), _etag(info))
@@ -149,8 +166,12 @@ class ShardCache:
         Backends without listings (a plain HTTP server without an index page) give ``{}``.
         """
         fs, path = self._filesystem(url)
+        with contextlib.suppress(Exception):
+            fs.invalidate_cache(path)  # listed afresh: objects may have changed since
         try:
-            entries = with_retries(lambda: fs.ls(path, detail=True), url, self.retry, "list")
+            entries = with_retries(
+                lambda: self._request(fs, "ls", path, detail=True), url, self.retry, "list"
+            )
         except (FileNotFoundError, NotImplementedError, PermissionError):
             return {}
         out = {}
@@ -167,22 +188,28 @@ class ShardCache:
         (``python -m http.server``) sends the whole object, which is sliced here.
         """
         fs, path = self._filesystem(url)
-        data: bytes = with_retries(
-            lambda: fs.cat_file(path, start=start, end=stop), url, self.retry
-        )
-        if start is not None and stop is not None and len(data) > stop - start:
-            data = data[start:stop]
-        return data
+
+        def attempt() -> bytes:
+            data: bytes = self._request(fs, "cat_file", path, start=start, end=stop)
+            if start is not None and stop is not None:
+                if len(data) > stop - start:  # the whole object: the server ignored Range
+                    data = data[start:stop]
+                if len(data) < stop - start:  # a complete answer, short: not retried
+                    raise ValueError(
+                        f"{redact(url)!r} sent {len(data)} bytes of the range [{start}, {stop})"
+                        " asked for: the object is truncated or was replaced after it was "
+                        "listed. Restore it (or reopen the shards if the change is intended)."
+                    )
+            return data
+
+        return with_retries(attempt, url, self.retry)
 
     def _get(self, remote: RemoteObject) -> bytes:
-        if remote.size <= _CHUNK:
-            data = self.read_bytes(remote.url)
-        else:
-            parts = [
-                self.read_bytes(remote.url, start, min(start + _CHUNK, remote.size))
-                for start in range(0, remote.size, _CHUNK)
-            ]
-            data = b"".join(parts)
+        parts = [
+            self.read_bytes(remote.url, start, min(start + _CHUNK, remote.size))
+            for start in range(0, remote.size, _CHUNK)
+        ]
+        data = b"".join(parts)
         if len(data) != remote.size:
             raise ValueError(
                 f"{redact(remote.url)!r} sent {len(data)} bytes, but it was listed with "
@@ -236,7 +263,7 @@ class ShardCache:
                 )
             try:
                 temporary.write_bytes(self._get(remote))
-                os.replace(temporary, target)
+                self._disk.commit(temporary, target)
                 self.downloads += 1
             finally:
                 temporary.unlink(missing_ok=True)

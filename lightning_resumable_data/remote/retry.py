@@ -1,12 +1,12 @@
-"""Retries of remote requests: exponential backoff with full jitter, and no retry storms.
+"""Retries of remote requests: bounded tries, exponential backoff with jitter, no retry storms.
 
-A request that fails with a *transient* error (connection refused or reset, a timeout, HTTP
-429 or 5xx) is retried after ``min(cap, base * 2**attempt)`` seconds scaled by a random
-factor in ``[0.5, 1]`` (jitter keeps the ranks of a restarted job from hammering the server
-in lockstep). A *permanent* error (403, 404, a malformed request, an integrity failure) is
-raised at once: retrying it cannot help and would multiply the load on a server that
-already said no. After the last attempt, :class:`RemoteReadError` names the URL, the number
-of attempts and the last error.
+A request that fails with a *transient* error (connection refused or reset, a timeout, a
+transfer cut short, HTTP 429 or 5xx) is retried after ``min(cap, base * 2**attempt)``
+seconds scaled by a random factor in ``[0.5, 1]`` (jitter keeps the ranks of a restarted job
+from hammering the server in lockstep). A *permanent* error (403, 404, a malformed request,
+an integrity failure) is raised at once: retrying it cannot help and would multiply the load
+on a server that already said no. After the last attempt, :class:`RemoteReadError` names the
+URL, the number of attempts and the last error.
 
 Example:
     >>> calls = []
@@ -33,7 +33,10 @@ __all__ = ["RemoteReadError", "RetryPolicy", "is_transient", "with_retries"]
 
 T = TypeVar("T")
 
-_TRANSIENT_NAMES = ("connect", "timeout", "throttl", "slowdown", "unavailable", "reset")
+_TRANSIENT_NAMES = (
+    "connect", "timeout", "throttl", "slowdown", "unavailable", "reset",
+    "payload", "incomplete", "truncat", "contentlength", "streaming",
+)  # fmt: skip
 
 
 class RemoteReadError(OSError):
@@ -44,15 +47,27 @@ class RemoteReadError(OSError):
 class RetryPolicy:
     """How often and how patiently to retry a transient failure.
 
+    Every try is bounded in time, so a server that accepts a connection and never answers
+    (or stops sending halfway) surfaces as a :class:`RemoteReadError` after at most
+    ``attempts * timeout_s`` plus the delays (about 6 minutes with the defaults), never a
+    hang.
+
     Attributes:
         attempts: Tries in all (1 means no retry).
         base_s: Delay before the first retry, doubled for each next one.
         cap_s: Longest delay between two tries.
+        timeout_s: Longest time one try may take, connecting included: a stat, a listing
+            or a GET of at most 64 MiB. A slower try is cancelled (its connection closed)
+            and counts as a transient failure.
+        connect_timeout_s: Longest wait for a connection, where the backend has the
+            setting (HTTP(S) and S3); a host that drops connection attempts fails this fast.
     """
 
     attempts: int = 6
     base_s: float = 0.25
     cap_s: float = 8.0
+    timeout_s: float = 60.0
+    connect_timeout_s: float = 10.0
 
     def __post_init__(self) -> None:
         if isinstance(self.attempts, bool) or not isinstance(self.attempts, int):
@@ -61,6 +76,12 @@ class RetryPolicy:
             raise ValueError(
                 f"RetryPolicy(attempts={self.attempts}, base_s={self.base_s}, "
                 f"cap_s={self.cap_s}): attempts must be >= 1 and the delays >= 0."
+            )
+        if not (self.timeout_s > 0 and self.connect_timeout_s > 0):  # NaN fails too
+            raise ValueError(
+                f"RetryPolicy(timeout_s={self.timeout_s}, connect_timeout_s="
+                f"{self.connect_timeout_s}): both must be > 0 seconds; a request without a "
+                "bound can hang a job forever."
             )
 
     def delay(self, attempt: int) -> float:
@@ -82,7 +103,7 @@ def _status(error: BaseException) -> int | None:
 
 
 def is_transient(error: BaseException) -> bool:
-    """Whether retrying ``error`` may succeed (network trouble, 429, 5xx).
+    """Whether retrying ``error`` may succeed (network trouble, a cut transfer, 429, 5xx).
 
     Example:
         >>> is_transient(ConnectionRefusedError()), is_transient(FileNotFoundError("k"))

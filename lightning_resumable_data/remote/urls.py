@@ -57,13 +57,22 @@ def redact(url: str) -> str:
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
-def filesystem(url: str, storage_options: dict[str, Any] | None = None) -> tuple[Any, str]:
-    """The fsspec filesystem of ``url`` and the path within it.
+def filesystem(
+    url: str,
+    storage_options: dict[str, Any] | None = None,
+    *,
+    connect_timeout_s: float | None = None,
+) -> tuple[Any, str]:
+    """A fresh fsspec filesystem of ``url`` and the path within it.
+
+    Fresh: never fsspec's cached instance of the same options, whose listings may be stale.
 
     Args:
         url: A ``scheme://`` URL.
         storage_options: Passed to the filesystem (e.g. ``{"client_kwargs":
             {"endpoint_url": "http://127.0.0.1:9000"}}`` for an S3-compatible server).
+        connect_timeout_s: Connection timeout set on HTTP(S) and S3 filesystems unless
+            ``storage_options`` sets one.
 
     Raises:
         ImportError: fsspec, or the backend of the scheme, is not installed (the message
@@ -94,5 +103,23 @@ def filesystem(url: str, storage_options: dict[str, Any] | None = None) -> tuple
         raise ImportError(
             f"reading {redact(url)!r} needs the fsspec backend of {scheme}://: {error}"
         ) from None
-    fs = cls(**(storage_options or {}))
+    options = {"skip_instance_cache": True, **(storage_options or {})}
+    if connect_timeout_s is not None:
+        options = _with_connect_timeout(scheme, options, connect_timeout_s)
+    fs = cls(**options)
     return fs, cls._strip_protocol(url)
+
+
+def _with_connect_timeout(scheme: str, options: dict[str, Any], seconds: float) -> dict[str, Any]:
+    """``options`` with a connection timeout for the backends that have one, if unset."""
+    if scheme in ("http", "https"):
+        import aiohttp
+
+        client = dict(options.get("client_kwargs") or {})
+        client.setdefault("timeout", aiohttp.ClientTimeout(total=None, sock_connect=seconds))
+        return {**options, "client_kwargs": client}
+    if scheme in ("s3", "s3a"):
+        config = dict(options.get("config_kwargs") or {})
+        config.setdefault("connect_timeout", seconds)
+        return {**options, "config_kwargs": config}
+    return options

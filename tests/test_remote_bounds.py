@@ -1,0 +1,130 @@
+"""Remote reads are bounded in time, retry transfers cut short, and list objects afresh.
+
+Against real servers on 127.0.0.1: the threaded HTTP server of ``remote_servers`` with
+faults (a stall: the request is read and never answered; a cut: half the body, then the
+connection closes) and moto's S3 server.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("fsspec")
+pytest.importorskip("aiohttp")
+
+from remote_servers import FileServer
+from test_remote_storage import (
+    make_shards,
+    s3,  # noqa: F401  (a fixture)
+    s3_endpoint,  # noqa: F401  (a fixture)
+)
+
+from lightning_resumable_data.remote import (
+    RemoteReadError,
+    RemoteTokenShardReader,
+    RetryPolicy,
+    ShardCache,
+)
+from lightning_resumable_data.shards import open_token_shards
+
+QUICK = RetryPolicy(attempts=3, base_s=0.01, cap_s=0.02, timeout_s=1.0)
+
+
+def test_the_documented_defaults() -> None:
+    """docs/remote.md: six tries, 60 s each at most, 10 s to connect."""
+    policy = RetryPolicy()
+    assert (policy.attempts, policy.timeout_s, policy.connect_timeout_s) == (6, 60.0, 10.0)
+    for bad in ({"timeout_s": 0}, {"timeout_s": float("nan")}, {"connect_timeout_s": -1}):
+        with pytest.raises(ValueError, match="hang a job forever"):
+            RetryPolicy(**bad)
+
+
+def test_an_http_server_that_never_answers_fails_within_the_bound(tmp_path: Path) -> None:
+    make_shards(tmp_path / "d")
+    with FileServer(tmp_path / "d") as server:
+        server.stall.add("*")  # connections accepted, requests read, no answer ever
+        start = time.monotonic()
+        with pytest.raises(RemoteReadError) as raised:
+            open_token_shards(server.url, cache=ShardCache(tmp_path / "c", retry=QUICK))
+        elapsed = time.monotonic() - start
+        requests = len(server.requests)
+    assert 3.0 <= elapsed < 3 * 1.0 + 3, elapsed  # three tries of 1 s, then the error
+    assert requests == 3
+    message = str(raised.value)
+    assert f"{server.url}/index.json" in message
+    assert "3 attempts" in message
+    assert "timeout_s=1 s" in message
+
+
+def test_an_s3_endpoint_that_never_answers_fails_within_the_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(name, "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    (tmp_path / "empty").mkdir()
+    with FileServer(tmp_path / "empty") as server:
+        server.stall.add("*")
+        options = {"client_kwargs": {"endpoint_url": server.url}}
+        cache = ShardCache(tmp_path / "c", storage_options=options, retry=QUICK)
+        start = time.monotonic()
+        with pytest.raises(RemoteReadError, match=r"s3://bucket/shards/index\.json.*3 attempts"):
+            open_token_shards("s3://bucket/shards", cache=cache)
+        elapsed = time.monotonic() - start
+    assert elapsed < 3 * 1.0 + 3, elapsed  # botocore's own retries live inside each try
+
+
+def test_a_transfer_cut_short_is_retried(tmp_path: Path) -> None:
+    local = make_shards(tmp_path / "d")
+    with FileServer(tmp_path / "d") as server:
+        cache = ShardCache(tmp_path / "c", retry=QUICK)
+        readers = open_token_shards(server.url, cache=cache)
+        server.cut["/shard_00001.bin"] = 2  # two cut transfers, then a whole one
+        server.requests.clear()
+        readers[1].load()
+        gets = [path for method, path in server.requests if method == "GET"]
+    assert gets == ["/shard_00001.bin"] * 3
+    assert [readers[1].read(i).tolist() for i in range(len(readers[1]))] == [
+        local[1].read(i).tolist() for i in range(len(local[1]))
+    ]
+
+
+def test_a_transfer_always_cut_short_ends_in_a_named_error(tmp_path: Path) -> None:
+    make_shards(tmp_path / "d")
+    with FileServer(tmp_path / "d") as server:
+        cache = ShardCache(tmp_path / "c", retry=QUICK)
+        readers = open_token_shards(server.url, cache=cache)
+        server.cut["/shard_00001.bin"] = 10**6
+        with pytest.raises(RemoteReadError) as raised:
+            readers[1].load()
+    message = str(raised.value)
+    assert f"{server.url}/shard_00001.bin" in message
+    assert "3 attempts" in message
+    assert "Payload" in message  # the last cause: aiohttp's ClientPayloadError
+    assert not any(p.name.endswith("shard_00001.bin") for p in (tmp_path / "c").iterdir())
+
+
+@pytest.mark.parametrize("same_cache", [True, False])
+def test_an_object_fixed_after_a_refused_open_is_seen_on_reopen(
+    s3: dict[str, Any],  # noqa: F811
+    tmp_path: Path,
+    same_cache: bool,
+) -> None:
+    whole = (s3["local"] / "shard_00002.bin").read_bytes()
+    key = f"{s3['url']}/shard_00002.bin"
+    s3["fs"].pipe(key, whole[:100])  # truncated in the bucket
+    cache = ShardCache(tmp_path / "c", storage_options=s3["options"], retry=QUICK)
+    with pytest.raises(ValueError, match=r"shard_00002\.bin' has 100 bytes"):
+        open_token_shards(s3["url"], cache=cache)
+    s3["fs"].pipe(key, whole)  # fixed
+    if not same_cache:
+        cache = ShardCache(tmp_path / "c2", storage_options=s3["options"], retry=QUICK)
+    readers = open_token_shards(s3["url"], cache=cache)
+    assert isinstance(readers[2], RemoteTokenShardReader)
+    assert readers[2].remote.size == len(whole)
+    readers[2].load()
+    assert readers[2].read(0).tolist() == open_token_shards(s3["local"])[2].read(0).tolist()
