@@ -7,6 +7,9 @@ connection closes) and moto's S3 server.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -18,6 +21,7 @@ pytest.importorskip("aiohttp")
 
 from remote_servers import FileServer
 from test_remote_storage import (
+    SHARDS,
     make_shards,
     s3,  # noqa: F401  (a fixture)
     s3_endpoint,  # noqa: F401  (a fixture)
@@ -128,3 +132,75 @@ def test_an_object_fixed_after_a_refused_open_is_seen_on_reopen(
     assert readers[2].remote.size == len(whole)
     readers[2].load()
     assert readers[2].read(0).tolist() == open_token_shards(s3["local"])[2].read(0).tolist()
+
+
+SAVE_OR_RESUME = """
+import json, sys, warnings
+from lightning_resumable_data import ShardedDataLoader
+from lightning_resumable_data.remote import ShardCache
+from lightning_resumable_data.shards import open_token_shards
+
+url, cache_dir, endpoint, mode, path = sys.argv[1:6]
+cache = ShardCache(cache_dir, storage_options={"client_kwargs": {"endpoint_url": endpoint}})
+loader = ShardedDataLoader(open_token_shards(url, cache=cache), batch_size=4, seed=3,
+                           multiprocessing=False, dp_rank=0, num_replicas=1,
+                           strict_resume=mode != "lenient")
+if mode == "save":
+    batches = iter(loader)
+    for _ in range(5):
+        next(batches)
+    json.dump(loader.state_dict(), open(path, "w"))
+else:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loader.load_state_dict(json.load(open(path)))
+    print(json.dumps({"batches": [b.tolist() for b in loader],
+                      "warnings": [str(w.message) for w in caught]}))
+"""
+
+
+def save_or_resume(
+    bucket: dict[str, Any], tmp_path: Path, mode: str
+) -> subprocess.CompletedProcess[str]:
+    endpoint = bucket["options"]["client_kwargs"]["endpoint_url"]
+    (tmp_path / "run.py").write_text(SAVE_OR_RESUME)
+    return subprocess.run(
+        [sys.executable, "run.py", bucket["url"], str(tmp_path / f"cache-{mode}"), endpoint, mode,
+         "state.json"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def test_a_resume_over_a_replaced_object_is_refused(
+    s3: dict[str, Any],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Saved in one process; the shard is rewritten (same size, other bytes); another
+    process resumes: refused, naming the shard and both ETags. Unchanged: it resumes."""
+    saved = save_or_resume(s3, tmp_path, "save")
+    assert saved.returncode == 0, saved.stderr[-2000:]
+    state = json.loads((tmp_path / "state.json").read_text())
+    assert set(state["pins"]) == {f"shard_{i:05d}.bin" for i in range(SHARDS)}
+    assert all(pin.startswith("etag=") for pin in state["pins"].values())
+
+    unchanged = save_or_resume(s3, tmp_path, "strict")
+    assert unchanged.returncode == 0, unchanged.stderr[-2000:]
+    expected = json.loads(unchanged.stdout)["batches"]
+    assert len(expected) == SHARDS * 16 // 4 - 5
+
+    data = bytearray((s3["local"] / "shard_00001.bin").read_bytes())
+    data[:2] = b"\xff\xff"  # same size, other tokens
+    s3["fs"].pipe(f"{s3['url']}/shard_00001.bin", bytes(data))
+    refused = save_or_resume(s3, tmp_path, "strict")
+    assert refused.returncode != 0
+    was, now = state["pins"]["shard_00001.bin"], s3["fs"].info(f"{s3['url']}/shard_00001.bin")
+    assert "StateMismatchError" in refused.stderr
+    assert f"'shard_00001.bin' was {was}, is now etag={now['ETag'].strip(chr(34))}" in (
+        refused.stderr
+    )
+
+    lenient = save_or_resume(s3, tmp_path, "lenient")  # strict_resume=False: on, warned
+    assert lenient.returncode == 0, lenient.stderr[-2000:]
+    out = json.loads(lenient.stdout)
+    assert len(out["batches"]) == len(expected)
+    assert any("shard_00001.bin" in message for message in out["warnings"])

@@ -57,11 +57,27 @@ _MD5: Final = re.compile(r"^[0-9a-f]{32}$")
 
 @dataclass(frozen=True, slots=True)
 class RemoteObject:
-    """One remote file as listed: its URL, size in bytes and ETag (``None`` if unknown)."""
+    """One remote file as listed: URL, size, ETag and version (``None`` where unknown).
+
+    The version is the store's own: S3's ``VersionId`` (versioned buckets), GCS's
+    ``generation``, Azure's ``version_id``.
+    """
 
     url: str
     size: int
     etag: str | None = None
+    version: str | None = None
+
+    @property
+    def identity(self) -> str | None:
+        """What identifies the bytes (``"etag=..."``, ``"version=..."``), or ``None``.
+
+        Example:
+            >>> RemoteObject("s3://b/a.bin", 8, "9a0364b9", "3").identity
+            'etag=9a0364b9 version=3'
+        """
+        named = (("etag", self.etag), ("version", self.version))
+        return " ".join(f"{name}={value}" for name, value in named if value) or None
 
     @property
     def key(self) -> str:
@@ -70,12 +86,18 @@ class RemoteObject:
         return f"{digest.hexdigest()[:16]}-{url_name(self.url)}"
 
 
-def _etag(info: dict[str, Any]) -> str | None:
-    for name in ("ETag", "etag", "md5"):
+def _first(info: dict[str, Any], names: tuple[str, ...]) -> str | None:
+    for name in names:
         value = info.get(name)
-        if isinstance(value, str) and value:
-            return value.strip('"')
+        if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value):
+            return str(value).strip('"')
     return None
+
+
+def _remote(url: str, info: dict[str, Any]) -> RemoteObject:
+    etag = _first(info, ("ETag", "etag", "md5"))
+    version = _first(info, ("VersionId", "version_id", "generation"))
+    return RemoteObject(url, int(info["size"]), etag, version)
 
 
 class ShardCache:
@@ -158,7 +180,7 @@ class ShardCache:
         info = with_retries(lambda: self._request(fs, "info", path), url, self.retry, "stat")
         if info.get("size") is None:
             raise ValueError(f"{redact(url)!r} has no known size; the server must send one.")
-        return RemoteObject(url, int(info["size"]), _etag(info))
+        return _remote(url, info)
 
     def listing(self, url: str) -> dict[str, RemoteObject]:
         """The files directly under the directory ``url`` by name (one request, retried).
@@ -178,7 +200,7 @@ class ShardCache:
         for info in entries:
             if info.get("type") == "file" and info.get("size") is not None:
                 child = url.rstrip("/") + "/" + str(info["name"]).rstrip("/").rsplit("/", 1)[-1]
-                out[url_name(child)] = RemoteObject(child, int(info["size"]), _etag(info))
+                out[url_name(child)] = _remote(child, info)
         return out
 
     def read_bytes(self, url: str, start: int | None = None, stop: int | None = None) -> bytes:

@@ -92,6 +92,11 @@ class RemoteTokenShardReader(TokenShardReader):
         """The file name (the last component of the URL)."""
         return url_name(self.remote.url)
 
+    @property
+    def identity(self) -> str | None:
+        """The ETag and version the file had when it was listed (pinned in a state)."""
+        return self.remote.identity
+
     def _file_size(self) -> int:
         return self.remote.size
 
@@ -108,10 +113,10 @@ class RemoteTokenShardReader(TokenShardReader):
     def check(self) -> None:
         """Raise ``ValueError`` if the remote file changed size or ETag since it was listed."""
         now = self.cache.stat(self.remote.url)
-        if (now.size, now.etag) != (self.remote.size, self.remote.etag):
+        if (now.size, now.identity) != (self.remote.size, self.remote.identity):
             raise ValueError(
-                f"{redact(self.remote.url)!r} now has {now.size} bytes (ETag {now.etag}); it "
-                f"had {self.remote.size} bytes (ETag {self.remote.etag}) when it was opened: "
+                f"{redact(self.remote.url)!r} now has {now.size} bytes ({now.identity}); it "
+                f"had {self.remote.size} bytes ({self.remote.identity}) when it was opened: "
                 "it was rewritten or truncated."
             )
 

@@ -156,6 +156,11 @@ class DistributedShardedDataset(torch.utils.data.Dataset[T], Generic[T]):
         sizes = check_shard_sizes([len(reader) for reader in readers])
         self.shard_sizes: tuple[int, ...] = tuple(int(n) for n in sizes)
         self.shard_names: tuple[str, ...] = tuple(reader.name for reader in readers)
+        # What identifies each shard's bytes where the storage says (ETag, version): pinned
+        # in a state, compared on resume. None for local files.
+        self.shard_identities: tuple[str | None, ...] = tuple(
+            getattr(reader, "identity", None) for reader in readers
+        )
         self._starts_array = shard_starts(sizes).astype(np.int64)
         self._starts: list[int] = self._starts_array.tolist()
         self.epoch = 0

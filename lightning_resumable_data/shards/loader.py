@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -15,9 +16,15 @@ from lightning_resumable_data.index.partition import samples_per_rank
 from lightning_resumable_data.samplers.distributed import check_non_negative_int
 from lightning_resumable_data.shards._prefetch import Prefetcher, to_device
 from lightning_resumable_data.shards.dataset import DistributedShardedDataset
+from lightning_resumable_data.shards.pins import check_pins
 from lightning_resumable_data.shards.readers import ShardReader
 from lightning_resumable_data.shards.sampler import ShardedSampler, check_shards_unchanged
-from lightning_resumable_data.state import check_state, make_state
+from lightning_resumable_data.state import (
+    ResumeWarning,
+    StateMismatchError,
+    check_state,
+    make_state,
+)
 
 __all__ = ["DataLoaderFactory", "DefaultDataLoaderFactory", "ShardedDataLoader"]
 
@@ -97,7 +104,8 @@ class ShardedDataLoader(Iterable[Any]):
     ``non_blocking=True``, when it is a CUDA device).
 
     State keys: ``version``, ``kind``, ``fingerprint`` (the sampler's: shard count, sizes
-    digest, seed, shuffle flags, ``drop_last``), ``epoch``, ``consumed``.
+    digest, seed, shuffle flags, ``drop_last``), ``epoch``, ``consumed``; ``pins`` where the
+    shards have an ETag or version (:mod:`~lightning_resumable_data.shards.pins`).
 
     Args:
         shards: Shard readers (``open_token_shards(...)``) or a ``DistributedShardedDataset``.
@@ -118,6 +126,9 @@ class ShardedDataLoader(Iterable[Any]):
         drop_last: Drop the ragged tail of the epoch and a short last batch.
         collate_fn: Collation of the default factory.
         max_resident: Shards resident per process (default ``num_shard_prefetches + 1``).
+        strict_resume: Refuse a state whose pinned shards have other bytes now (another
+            ETag or version). ``False`` resumes at the saved position over the new bytes,
+            with a :class:`~lightning_resumable_data.ResumeWarning`.
 
     Example:
         >>> from lightning_resumable_data.shards import DatasetShardReader
@@ -155,7 +166,9 @@ class ShardedDataLoader(Iterable[Any]):
         drop_last: bool | None = None,
         collate_fn: Callable[[list[Any]], Any] | None = None,
         max_resident: int | None = None,
+        strict_resume: bool = True,
     ) -> None:
+        self.strict_resume = bool(strict_resume)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size={batch_size!r} must be a positive int.")
         self.batch_size = batch_size
@@ -323,7 +336,10 @@ class ShardedDataLoader(Iterable[Any]):
 
     def state_dict(self) -> dict[str, Any]:
         """The position after the last batch that left the loader, identical on every rank."""
-        return make_state(self.KIND, self.fingerprint, epoch=self._epoch, consumed=self.consumed)
+        state = make_state(self.KIND, self.fingerprint, epoch=self._epoch, consumed=self.consumed)
+        if self.sampler.pins:
+            state["pins"] = dict(self.sampler.pins)
+        return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore a position; the next ``__iter__`` continues right after it.
@@ -331,7 +347,8 @@ class ShardedDataLoader(Iterable[Any]):
         Raises:
             RuntimeError: An iterator of this loader is still running.
             StateMismatchError: The state is of another version or kind, is malformed, or
-                was saved over other shards (one vanished, was added, resized or rewritten)
+                was saved over other shards (one vanished, was added, resized or rewritten,
+                or a pinned shard has another ETag or version now; see ``strict_resume``)
                 or with another seed, shuffle or ``drop_last``.
         """
         if self._iterating and self._live is not None and not self._live.finished:
@@ -342,6 +359,12 @@ class ShardedDataLoader(Iterable[Any]):
             )
         check_shards_unchanged(state_dict, self.KIND, self.fingerprint)
         check_state(state_dict, self.KIND, self.fingerprint, {"epoch": int, "consumed": int})
+        try:
+            check_pins(state_dict, self.KIND, self.sampler.pins)
+        except StateMismatchError as error:
+            if self.strict_resume:
+                raise
+            warnings.warn(f"{error} (strict_resume=False: resuming.)", ResumeWarning, 2)
         self.dataset.check_shards()
         self._epoch, self._start = state_dict["epoch"], state_dict["consumed"]
         self._yielded, self._iterating = 0, False

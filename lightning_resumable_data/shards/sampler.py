@@ -12,6 +12,7 @@ from lightning_resumable_data.index.sharding import (
     shards_digest,
 )
 from lightning_resumable_data.samplers.distributed import DistributedSampler
+from lightning_resumable_data.shards.pins import check_pins, shard_pins
 from lightning_resumable_data.state import StateMismatchError, make_state
 
 __all__ = ["ShardedSampler", "ShardedSource"]
@@ -48,7 +49,8 @@ class ShardedSampler(DistributedSampler):
 
     State keys: those of :class:`DistributedSampler`; ``fingerprint`` holds ``num_shards``,
     ``dataset_length``, ``shards_digest`` (a hash of the sizes and names), ``seed``,
-    ``shuffle_shards``, ``shuffle_samples`` and ``drop_last``.
+    ``shuffle_shards``, ``shuffle_samples`` and ``drop_last``; ``pins`` (where the shards
+    have an ETag or version) holds what identifies each shard's bytes, compared on resume.
 
     Args:
         dataset_or_sizes: A sharded dataset (``shard_sizes``, ``shard_names``,
@@ -85,10 +87,14 @@ class ShardedSampler(DistributedSampler):
     ) -> None:
         self.source: ShardedSource | None
         names: tuple[str, ...] | None
+        self.pins: dict[str, str] = {}  # shard name -> identity of its bytes (shards.pins)
         if isinstance(dataset_or_sizes, ShardedSource):
             self.source = dataset_or_sizes
             sizes = check_shard_sizes(dataset_or_sizes.shard_sizes)
             names = tuple(dataset_or_sizes.shard_names)
+            identities = getattr(dataset_or_sizes, "shard_identities", None)
+            if identities is not None:
+                self.pins = shard_pins(names, identities)
         else:
             self.source, names = None, None
             sizes = check_shard_sizes(dataset_or_sizes)
@@ -149,15 +155,24 @@ class ShardedSampler(DistributedSampler):
             )
         )
 
+    def state_dict(self) -> dict[str, Any]:
+        """:meth:`DistributedSampler.state_dict`, plus ``pins`` where shards have them."""
+        state = super().state_dict()
+        if self.pins:
+            state["pins"] = dict(self.pins)
+        return state
+
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore a position, refusing it if the shard list changed since it was saved.
 
         Raises:
             StateMismatchError: The shards changed (a shard vanished, was added, resized or
-                renamed, or its file no longer matches), or anything
-                :meth:`DistributedSampler.load_state_dict` refuses.
+                renamed, its file no longer matches, or its ETag or version is not the one
+                pinned in the state), or anything :meth:`DistributedSampler.load_state_dict`
+                refuses.
         """
         check_shards_unchanged(state_dict, self.KIND, self.fingerprint)
+        check_pins(state_dict, self.KIND, self.pins)
         if self.source is not None:
             self.source.check_shards()
         super().load_state_dict(state_dict)
