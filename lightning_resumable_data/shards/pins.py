@@ -66,6 +66,6 @@ def check_pins(state: object, kind: str, pins: Mapping[str, str]) -> None:
         f"{'s' if len(changed) > 1 else ''} changed since it was saved: {listed}{more}. "
         "Resuming would read other bytes at the saved position. Restore the saved objects (a "
         "versioned bucket keeps them), or resume over the new bytes on purpose: "
-        "ResumableDataModule(allow_config_change=True), StatefulDataLoader(strict_resume=False)"
-        " or ShardedDataLoader(strict_resume=False)."
+        "ShardedDataLoader(strict_resume=False), or StatefulDataLoader(strict_resume=False) "
+        "around the ShardedSampler."
     )
