@@ -204,3 +204,50 @@ def test_a_resume_over_a_replaced_object_is_refused(
     out = json.loads(lenient.stdout)
     assert len(out["batches"]) == len(expected)
     assert any("shard_00001.bin" in message for message in out["warnings"])
+
+
+def test_a_wait_for_another_process_lock_is_bounded_and_follows_progress(
+    tmp_path: Path,
+) -> None:
+    """A process stuck while it holds a shard's lock cannot hang the others: they give up
+    with a named error once it made no progress for the policy's patience; a holder whose
+    download grows is waited for."""
+    import fcntl
+    import os
+    import threading
+
+    from lightning_resumable_data.remote import CacheLockTimeoutError
+
+    make_shards(tmp_path / "d")
+    patient = RetryPolicy(attempts=1, base_s=0, cap_s=0, timeout_s=0.5)  # patience 0.5 s
+    with FileServer(tmp_path / "d") as server:
+        cache = ShardCache(tmp_path / "c", retry=patient)
+        readers = open_token_shards(server.url, cache=cache)
+        assert isinstance(readers[1], RemoteTokenShardReader)
+        key = readers[1].remote.key
+        (tmp_path / "c" / ".locks").mkdir(parents=True)
+        holder = os.open(tmp_path / "c" / ".locks" / key, os.O_RDWR | os.O_CREAT)
+        fcntl.flock(holder, fcntl.LOCK_EX)  # "another process" downloading, then stuck
+        start = time.monotonic()
+        with pytest.raises(CacheLockTimeoutError, match=rf"{key}.*no progress"):
+            readers[1].load()
+        assert 0.5 <= time.monotonic() - start < 3
+
+        growing = tmp_path / "c" / f".{key}.256.1.1.tmp"
+
+        def download_slowly() -> None:  # grows for 2 s (4x the patience), then lets go
+            for _ in range(10):
+                with growing.open("ab") as file:
+                    file.write(b"x")
+                time.sleep(0.2)
+            growing.unlink()
+            os.close(holder)
+
+        thread = threading.Thread(target=download_slowly)
+        start = time.monotonic()
+        thread.start()
+        readers[1].load()  # waits while the holder progresses, then downloads itself
+        thread.join()
+        assert time.monotonic() - start >= 1.8
+    local = open_token_shards(tmp_path / "d")[1]
+    assert readers[1].read(3).tolist() == local.read(3).tolist()

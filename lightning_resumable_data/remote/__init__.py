@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from lightning_resumable_data.remote.cache import RemoteObject, ShardCache
+from lightning_resumable_data.remote.cache import CacheLockTimeoutError, RemoteObject, ShardCache
 from lightning_resumable_data.remote.prefetch import upcoming_shards
 from lightning_resumable_data.remote.retry import (
     RemoteReadError,
@@ -48,6 +48,7 @@ from lightning_resumable_data.remote.tokens import (
 from lightning_resumable_data.remote.urls import filesystem, is_url, join_url, redact
 
 __all__ = [
+    "CacheLockTimeoutError",
     "RemoteObject",
     "RemoteReadError",
     "RemoteTokenShardReader",

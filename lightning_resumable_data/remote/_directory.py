@@ -28,11 +28,12 @@ import fcntl
 import os
 import re
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Final
 
-__all__ = ["CacheDirectory"]
+__all__ = ["CacheDirectory", "CacheLockTimeoutError"]
 
 _TMP: Final = re.compile(r"^\.(?P<key>.+)\.(?P<size>\d+)\.(?P<pid>\d+)\.\d+\.tmp$")
 
@@ -47,12 +48,22 @@ def _alive(pid: int) -> bool:
     return True
 
 
-class CacheDirectory:
-    """Files of one cache directory, bounded by ``max_bytes`` (``None``: unbounded)."""
+class CacheLockTimeoutError(TimeoutError):
+    """Another process held a cache lock too long without progress (the message says which)."""
 
-    def __init__(self, root: Path, max_bytes: int | None) -> None:
+
+class CacheDirectory:
+    """Files of one cache directory, bounded by ``max_bytes`` (``None``: unbounded).
+
+    ``patience_s`` bounds every wait for a lock: a wait gives up with
+    :class:`CacheLockTimeoutError` once the holder made no progress (its download did not
+    grow) for that long. ``None`` waits as long as it takes.
+    """
+
+    def __init__(self, root: Path, max_bytes: int | None, patience_s: float | None = None) -> None:
         self.root = root
         self.max_bytes = max_bytes
+        self.patience_s = patience_s
 
     def path(self, key: str) -> Path:
         """Where the file ``key`` is (or will be)."""
@@ -69,10 +80,48 @@ class CacheDirectory:
         self.root.mkdir(parents=True, exist_ok=True)
         descriptor = self._lock_file(path)
         try:
-            fcntl.flock(descriptor, mode)
+            if self.patience_s is None:
+                fcntl.flock(descriptor, mode)
+            else:
+                self._wait(descriptor, mode, path, self.patience_s)
             yield
         finally:
             os.close(descriptor)  # closing releases the lock
+
+    def _wait(self, descriptor: int, mode: int, path: Path, patience_s: float) -> None:
+        """Take the lock, polling; give up after ``patience_s`` without progress."""
+        seen, deadline = self._progress(path), time.monotonic() + patience_s
+        pause = 0.001
+        while True:
+            try:
+                fcntl.flock(descriptor, mode | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                pass
+            now = self._progress(path)
+            if now != seen:  # the holder's download grew: it is alive
+                seen, deadline = now, time.monotonic() + patience_s
+            elif time.monotonic() > deadline:
+                raise CacheLockTimeoutError(
+                    f"waited {patience_s:g} s for the lock of {path.name!r} in "
+                    f"{str(self.root)!r} while its holder made no progress: another process "
+                    "of this node is downloading or reading it and is stopped or stuck. Find "
+                    "it (lsof on the file under .locks/), or raise RetryPolicy(timeout_s=...), "
+                    "which sets this patience."
+                )
+            time.sleep(pause)
+            pause = min(2 * pause, 0.05)
+
+    def _progress(self, path: Path) -> tuple[int, ...]:
+        """Sizes of the downloads of ``path`` in flight: they grow while it downloads."""
+        prefix = f".{path.name}."
+        sizes = []
+        with contextlib.suppress(FileNotFoundError):
+            for entry in os.scandir(self.root):
+                if entry.name.startswith(prefix) and entry.name.endswith(".tmp"):
+                    with contextlib.suppress(FileNotFoundError):
+                        sizes.append(entry.stat().st_size)
+        return tuple(sorted(sizes))
 
     def entries(self) -> list[tuple[Path, int, float]]:
         """(path, bytes counted, last use) of every file and live reservation."""

@@ -45,11 +45,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from lightning_resumable_data.remote._directory import CacheDirectory
+from lightning_resumable_data.remote._directory import CacheDirectory, CacheLockTimeoutError
 from lightning_resumable_data.remote.retry import RetryPolicy, with_retries
 from lightning_resumable_data.remote.urls import filesystem, redact, url_name
 
-__all__ = ["RemoteObject", "ShardCache"]
+__all__ = ["CacheLockTimeoutError", "RemoteObject", "ShardCache"]
 
 _CHUNK: Final = 64 << 20  # one ranged GET per 64 MiB
 _MD5: Final = re.compile(r"^[0-9a-f]{32}$")
@@ -135,9 +135,11 @@ class ShardCache:
             )
         self.directory = Path(directory).absolute()
         self.max_bytes = max_bytes
-        self._disk = CacheDirectory(self.directory, max_bytes)
         self.storage_options = dict(storage_options or {})
         self.retry = retry or RetryPolicy()
+        # A download that is alive writes a range at least every try's timeout.
+        patience = self.retry.attempts * (self.retry.timeout_s + self.retry.cap_s)
+        self._disk = CacheDirectory(self.directory, max_bytes, patience_s=patience)
         self.prefetch_bytes = prefetch_bytes
         self.prefetch_workers = prefetch_workers
         self.downloads = 0  # downloads this process completed (for tests and stats)
@@ -226,27 +228,26 @@ class ShardCache:
 
         return with_retries(attempt, url, self.retry)
 
-    def _get(self, remote: RemoteObject) -> bytes:
-        parts = [
-            self.read_bytes(remote.url, start, min(start + _CHUNK, remote.size))
-            for start in range(0, remote.size, _CHUNK)
-        ]
-        data = b"".join(parts)
-        if len(data) != remote.size:
-            raise ValueError(
-                f"{redact(remote.url)!r} sent {len(data)} bytes, but it was listed with "
-                f"{remote.size}: the object is truncated or was replaced after the shards were "
-                "opened. Restore it (or reopen the shards if the change is intended)."
-            )
+    def _download(self, remote: RemoteObject, temporary: Path) -> None:
+        """Write ``remote`` into ``temporary`` range by range, then verify it.
+
+        The file grows as the ranges arrive: a process waiting for it sees the progress.
+        """
+        digest = hashlib.md5(usedforsecurity=False)
+        with temporary.open("wb") as file:
+            for start in range(0, remote.size, _CHUNK):
+                part = self.read_bytes(remote.url, start, min(start + _CHUNK, remote.size))
+                file.write(part)
+                file.flush()
+                digest.update(part)
         if remote.etag and _MD5.match(remote.etag):
-            actual = hashlib.md5(data, usedforsecurity=False).hexdigest()
+            actual = digest.hexdigest()
             if actual != remote.etag:
                 raise ValueError(
                     f"{redact(remote.url)!r} has MD5 {actual}, but it was listed with ETag "
                     f"{remote.etag}: the object changed after the shards were opened, or was "
                     "corrupted in transit. Restore it, or reopen the shards over the new data."
                 )
-        return data
 
     # -- the local files -----------------------------------------------------------------
 
@@ -284,7 +285,7 @@ class ShardCache:
                     "sharing the cache)."
                 )
             try:
-                temporary.write_bytes(self._get(remote))
+                self._download(remote, temporary)
                 self._disk.commit(temporary, target)
                 self.downloads += 1
             finally:
