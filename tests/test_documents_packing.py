@@ -196,3 +196,49 @@ def test_batched_reads_equal_single_reads(
         assert got.keys() == single.keys()
         for name in got:
             assert got[name].tolist() == single[name].tolist()
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 9), min_size=1, max_size=60),
+    sep=st.integers(0, 2),
+    stride=st.sampled_from([1, 2, 5, 64]),
+    shuffled=st.booleans(),
+    data=st.data(),
+)
+def test_locate_reads_the_stream_range_of_a_brute_force_stream(
+    lengths: list[int], sep: int, stride: int, shuffled: bool, data: st.DataObject
+) -> None:
+    """index.packing.locate / locate_many against the stream written out token by token:
+    (document, offset) pairs, offset >= length being a separator token."""
+    from lightning_resumable_data.index.packing import locate, locate_many, piece_offsets
+
+    size = np.array(lengths)
+    permutation = np.random.default_rng(len(lengths)).permutation(len(lengths))
+    order = (lambda positions: permutation[positions]) if shuffled else None
+    visit = permutation if shuffled else np.arange(len(lengths))
+    stream = [(int(d), k) for d in visit for k in range(lengths[d] + sep)]
+    checkpoints = build_checkpoints(size, sep, order, stride)
+    assert int(checkpoints[-1]) == len(stream)
+    if not stream:
+        return
+    start = data.draw(st.integers(0, len(stream) - 1))
+    stop = data.draw(st.integers(start + 1, len(stream)))
+    docs, begins, counts = locate(checkpoints, size, sep, order, stride, start, stop)
+    piece, offsets = piece_offsets(begins, counts)
+    assert list(zip(docs[piece].tolist(), offsets.tolist(), strict=True)) == stream[start:stop]
+    assert (counts > 0).all()  # no empty piece
+    with pytest.raises(IndexError, match="empty"):
+        locate(checkpoints, size, sep, order, stride, stop, stop)
+    with pytest.raises(IndexError, match="must lie in"):
+        locate(checkpoints, size, sep, order, stride, start, len(stream) + 1)
+    width = stop - start  # many ranges at once: the same as one by one
+    starts = np.array([0, start, len(stream) - width], dtype=np.int64)
+    ranges, many_docs, many_begins, many_counts = locate_many(
+        checkpoints, size, sep, order, stride, starts, width
+    )
+    for number, first in enumerate(starts.tolist()):
+        mine = ranges == number
+        piece, offsets = piece_offsets(many_begins[mine], many_counts[mine])
+        pairs = list(zip(many_docs[mine][piece].tolist(), offsets.tolist(), strict=True))
+        assert pairs == stream[first : first + width]

@@ -170,7 +170,7 @@ def locate_many(
     before = (running[heads] - tokens[heads])[ranges]  # running sum before each range
     ends = checkpoints[first][ranges] + running - before
     begins = ends - tokens
-    keep = (ends > starts[ranges]) & (begins < stops[ranges])
+    keep = (ends > starts[ranges]) & (begins < stops[ranges]) & (ends > begins)  # no empty
     ranges, docs, begins, ends = ranges[keep], docs[keep], begins[keep], ends[keep]
     offsets = np.maximum(begins, starts[ranges]) - begins
     counts = np.minimum(ends, stops[ranges]) - begins - offsets
