@@ -242,3 +242,22 @@ def test_locate_reads_the_stream_range_of_a_brute_force_stream(
         piece, offsets = piece_offsets(many_begins[mine], many_counts[mine])
         pairs = list(zip(many_docs[mine][piece].tolist(), offsets.tolist(), strict=True))
         assert pairs == stream[first : first + width]
+
+
+def test_the_stream_arithmetic_is_64_bit_with_32_bit_lengths() -> None:
+    """Megatron indexes store lengths as int32: a stream past 2**31 tokens must not wrap."""
+    from lightning_resumable_data.index.packing import locate, locate_many
+
+    lengths = np.full(5, 10**9, dtype=np.int32)  # 5e9 tokens, no token array needed
+    checkpoints = build_checkpoints(lengths, 1, None, 2)
+    assert checkpoints.tolist() == [0, 2 * (10**9 + 1), 4 * (10**9 + 1), 5 * (10**9 + 1)]
+    start = 3 * (10**9 + 1) + 5  # inside document 3, past 2**31
+    docs, begins, counts = locate(checkpoints, lengths, 1, None, 2, start, start + 10)
+    assert (docs.tolist(), begins.tolist(), counts.tolist()) == ([3], [5], [10])
+    starts = np.array([start, 4 * (10**9 + 1) - 3], dtype=np.int64)
+    _, docs, begins, counts = locate_many(checkpoints, lengths, 1, None, 2, starts, 10)
+    assert (docs.tolist(), begins.tolist(), counts.tolist()) == (
+        [3, 3, 4],
+        [5, 10**9 - 2, 0],
+        [10, 3, 7],
+    )
