@@ -90,6 +90,9 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
     def do_GET(self) -> None:
         if self._intercept():
             return
+        if self.server.ranges and self.headers.get("Range", "").startswith("bytes="):
+            self._send_range(self.headers["Range"].removeprefix("bytes="))
+            return
         if self.server.cut.get(self.path, 0) > 0:  # half the body, then hang up
             self.server.cut[self.path] -= 1
             data = (Path(self.directory) / self.path.lstrip("/")).read_bytes()
@@ -102,6 +105,24 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
             return
         super().do_GET()
 
+    def _send_range(self, spec: str) -> None:
+        """Answer ``Range: bytes=first-last`` with 206 and those bytes (one range only)."""
+        path = Path(self.translate_path(self.path))
+        if not path.is_file():
+            self.send_error(404)
+            return
+        size = path.stat().st_size
+        first, _, last = spec.partition("-")
+        start, stop = int(first), min(int(last) + 1 if last else size, size)
+        with path.open("rb") as file:
+            file.seek(start)
+            data = file.read(max(stop - start, 0))
+        self.send_response(206)
+        self.send_header("Content-Range", f"bytes {start}-{start + len(data) - 1}/{size}")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
     def do_HEAD(self) -> None:
         if not self._intercept():
             super().do_HEAD()
@@ -110,6 +131,7 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
 class _Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
     delay = 0.0
+    ranges = False
     status: dict[str, int]
     stall: set[str]
     cut: dict[str, int]
@@ -123,10 +145,13 @@ class FileServer:
     Faults: ``delay`` before each answer; ``status[path]``, an error status;
     ``stall`` (paths, or ``"*"``), requests read and never answered until :meth:`stop`;
     ``cut[path] = n``, the next ``n`` GETs of ``path`` send half the body and hang up.
+    ``ranges=True`` answers a ``Range`` header with those bytes (206), as object stores do;
+    by default the whole file is sent, as ``python -m http.server`` does.
     """
 
-    def __init__(self, directory: str | os.PathLike[str]) -> None:
+    def __init__(self, directory: str | os.PathLike[str], *, ranges: bool = False) -> None:
         self.directory = Path(directory)
+        self.ranges = ranges
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.delay = 0.0
@@ -141,6 +166,7 @@ class FileServer:
         handler = functools.partial(_Handler, directory=str(self.directory))
         server = _Server(("127.0.0.1", self.port), handler)
         server.delay, server.status, server.requests = self.delay, self.status, self.requests
+        server.ranges = self.ranges
         server.stall, server.cut, server.release = self.stall, self.cut, threading.Event()
         self._server = server
         self._thread = threading.Thread(target=server.serve_forever, daemon=True)

@@ -5,7 +5,8 @@ in Arrow, a flat values buffer and an offsets buffer per record batch: exactly a
 :class:`~lightning_resumable_data.documents.CorpusPart`. :func:`open_hf_dataset` memory-maps
 the Arrow files that ``Dataset.save_to_disk`` writes and hands those buffers over without a
 copy; :func:`open_parquet` decodes the column (Parquet is compressed, so it is read into
-memory, the column alone). Needs ``pyarrow`` (``pip install lightning-resumable-data[hf]``);
+memory, the column alone; from a URL, only the footer and that column's chunks are fetched,
+by byte ranges through the cache). Needs ``pyarrow`` (``pip install lightning-resumable-data[hf]``);
 ``datasets`` itself is not imported.
 
 Example:
@@ -23,11 +24,14 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from lightning_resumable_data.documents.corpus import CorpusPart, DocumentCorpus
+
+if TYPE_CHECKING:
+    from lightning_resumable_data.remote.cache import ShardCache
 
 __all__ = ["open_hf_dataset", "open_parquet"]
 
@@ -125,11 +129,19 @@ def open_hf_dataset(path: str | os.PathLike[str], column: str = "input_ids") -> 
 
 
 def open_parquet(
-    paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], column: str = "input_ids"
+    paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    column: str = "input_ids",
+    *,
+    cache: ShardCache | None = None,
+    chunk_bytes: int = 16 << 20,
 ) -> DocumentCorpus:
     """Read the token column of one or more Parquet files (e.g. ``Dataset.to_parquet``).
 
-    Only ``column`` is decoded, into memory (Parquet pages are compressed).
+    Only ``column`` is decoded, into memory (Parquet pages are compressed). A file at a URL
+    is read by byte ranges in cached chunks of ``chunk_bytes``
+    (:mod:`~lightning_resumable_data.remote.chunks`): the footer, the metadata and the
+    column's chunks, never the other columns; ``cache`` is ``remote.default_cache()`` if
+    ``None``.
 
     Raises:
         ValueError: The column is missing or holds nulls; an empty document.
@@ -148,19 +160,22 @@ def open_parquet(
     import pyarrow.parquet as pq
 
     items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
-    tables = []
+    tables, shown = [], []
     for item in items:
-        if isinstance(item, str) and "://" in item:  # object storage, cached (remote/)
-            from lightning_resumable_data.remote import local_path
+        reader: Any = item
+        if isinstance(item, str) and "://" in item:  # object storage, by ranges (remote/)
+            from lightning_resumable_data.remote import redact
+            from lightning_resumable_data.remote.chunks import ChunkedRemoteFile
 
-            item = local_path(item)
-        names = pq.read_schema(item).names
+            reader, item = ChunkedRemoteFile(item, cache, chunk_bytes=chunk_bytes), redact(item)
+        shown.append(os.fspath(item))
+        names = pq.read_schema(reader).names
         if column not in names:
             raise ValueError(
-                f"{os.fspath(item)!r} has no column {column!r}; its columns are {names}. "
+                f"{shown[-1]!r} has no column {column!r}; its columns are {names}. "
                 "Pass column= with the name of the token-id list column (e.g. 'input_ids')."
             )
-        tables.append(pq.read_table(item, columns=[column]))
+        tables.append(pq.read_table(reader, columns=[column]))
     table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-    source = os.fspath(items[0]) if len(items) == 1 else f"{len(items)} Parquet files"
+    source = shown[0] if len(items) == 1 else f"{len(items)} Parquet files"
     return _corpus(table, column, source)

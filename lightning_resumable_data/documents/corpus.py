@@ -2,10 +2,11 @@
 
 Every format this package reads (Megatron ``.bin``/``.idx``, Arrow and Parquet token-list
 columns, NumPy tokens with offsets, token shards) comes down to the same shape: one or
-more *parts*, each a flat 1-D token array (usually a memory map) with the start of each
-document in it, and one length per document. :class:`DocumentCorpus` holds that shape and
-answers one question, vectorised: the tokens at ``(document, offset)`` pairs. Nothing is
-loaded when a corpus is opened; pages are read when their tokens are asked for.
+more *parts*, each a flat 1-D token array (usually a memory map; for a file in object
+storage, a :class:`TokenSource` read by ranges) with the start of each document in it, and
+one length per document. :class:`DocumentCorpus` holds that shape and answers one
+question, vectorised: the tokens at ``(document, offset)`` pairs. Nothing is loaded when a
+corpus is opened; pages are read when their tokens are asked for.
 
 Example:
     >>> corpus = DocumentCorpus.from_arrays(np.arange(10, 16), offsets=[0, 2, 6])
@@ -19,14 +20,40 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-__all__ = ["CorpusPart", "DocumentCorpus", "check_document_lengths"]
+__all__ = ["CorpusPart", "DocumentCorpus", "TokenSource", "check_document_lengths"]
 
 IntArray = NDArray[np.integer[Any]]
+
+
+@runtime_checkable
+class TokenSource(Protocol):
+    """Tokens read on demand, not an array in memory (e.g. ``remote.chunks.RemoteTokens``).
+
+    Indexed like a 1-D NumPy array with an integer array of positions; a corpus keeps it as
+    it is instead of converting it with ``np.asarray``.
+    """
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        """The token dtype."""
+
+    def __len__(self) -> int:
+        """Tokens in all."""
+
+    def __getitem__(self, positions: NDArray[np.int64]) -> NDArray[Any]:
+        """The tokens at ``positions`` (same shape)."""
+
+
+def _array(tokens: IntArray | TokenSource) -> IntArray | TokenSource:
+    """``tokens`` as a plain array (not a memmap subclass), or as it is if read on demand."""
+    if not isinstance(tokens, np.ndarray) and isinstance(tokens, TokenSource):
+        return tokens
+    return np.asarray(tokens)
 
 
 @dataclass(frozen=True)
@@ -34,13 +61,14 @@ class CorpusPart:
     """One flat token array and where its documents start in it.
 
     Attributes:
-        tokens: 1-D integer tokens (a ``numpy.memmap`` or an in-memory array).
+        tokens: 1-D integer tokens (a ``numpy.memmap``, an in-memory array or a
+            :class:`TokenSource`).
         starts: Start of each document, in units of ``1 / scale`` tokens (Megatron stores
             byte pointers: ``scale`` is then the token size).
         scale: Divisor from ``starts`` to token offsets.
     """
 
-    tokens: IntArray
+    tokens: IntArray | TokenSource
     starts: IntArray
     scale: int = 1
 
@@ -111,7 +139,7 @@ class DocumentCorpus:
                 f"{name!r} holds no documents; check the path or the filter that built it."
             )
         check_document_lengths(lengths, name)
-        self._arrays = [np.asarray(part.tokens) for part in self.parts]  # no memmap subclass
+        self._arrays = [_array(part.tokens) for part in self.parts]
         dtypes = {np.dtype(part.tokens.dtype) for part in self.parts}
         self.dtype = np.result_type(*dtypes) if dtypes else np.dtype(np.int64)
         for part in self.parts:

@@ -19,7 +19,8 @@ writes, also read by GPT-NeoX and NeMo. ``prefix.idx`` is, little-endian::
 layout (header, sizes, total, first and last pointers, document indices; every pointer
 with ``verify_pointers=True``) in bounded vectorised passes before any token is read, and
 every read is bounds-checked, so nothing is ever read past the end of either file. No
-Megatron import.
+Megatron import. At a URL, the ``.idx`` is downloaded whole and the ``.bin`` read by byte
+ranges through the cache (:mod:`~lightning_resumable_data.remote.chunks`).
 
 Example:
     >>> import tempfile, os
@@ -37,12 +38,16 @@ import struct
 from collections.abc import Iterable
 from functools import partial
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 from numpy.typing import ArrayLike, DTypeLike, NDArray
 
-from lightning_resumable_data.documents.corpus import CorpusPart, DocumentCorpus
+from lightning_resumable_data.documents.corpus import CorpusPart, DocumentCorpus, TokenSource
+
+if TYPE_CHECKING:
+    from lightning_resumable_data.remote.cache import ShardCache
+    from lightning_resumable_data.remote.chunks import ChunkedRemoteFile
 
 __all__ = ["MEGATRON_DTYPES", "MEGATRON_MAGIC", "open_megatron", "write_megatron"]
 
@@ -54,15 +59,51 @@ _HEADER: Final = struct.Struct("<9sQBQQ")  # 34 bytes
 _CHECK_CHUNK: Final = 2**16  # sequences per pass of the checks
 
 
-def _paths(prefix: str | os.PathLike[str]) -> tuple[Path, Path]:
+def _prefix(prefix: str | os.PathLike[str]) -> str:
     text = os.fspath(prefix)
     for suffix in (".idx", ".bin"):
         text = text.removesuffix(suffix)
-    if "://" in text:  # object storage: both files downloaded into the cache (remote/)
-        from lightning_resumable_data.remote import local_path
+    return text
 
-        return local_path(text + ".idx"), local_path(text + ".bin")
+
+def _paths(prefix: str | os.PathLike[str]) -> tuple[Path, Path]:
+    text = _prefix(prefix)
     return Path(text + ".idx"), Path(text + ".bin")
+
+
+def _files(
+    text: str, cache: ShardCache | None, chunk_bytes: int | None
+) -> tuple[Path, Path | ChunkedRemoteFile, str]:
+    """The ``.idx`` and the ``.bin`` of a prefix, and its name for errors.
+
+    At a URL, the ``.idx`` is downloaded whole and the ``.bin`` read by ranges (downloaded
+    whole if ``chunk_bytes`` is ``None``).
+    """
+    if "://" not in text:
+        idx, binary = _paths(text)
+        for path in (idx, binary):
+            if not path.exists():
+                raise FileNotFoundError(
+                    f"{str(path)!r} does not exist; a Megatron dataset is a prefix with both "
+                    f"{idx.name!r} and {binary.name!r}. Check the prefix."
+                )
+        return idx, binary, str(idx)
+    from lightning_resumable_data.remote import default_cache, local_path, redact
+    from lightning_resumable_data.remote.chunks import ChunkedRemoteFile
+
+    cache = cache or default_cache()
+    idx = local_path(text + ".idx", cache)
+    if chunk_bytes is None:
+        return idx, local_path(text + ".bin", cache), redact(text + ".idx")
+    return idx, ChunkedRemoteFile(text + ".bin", cache, chunk_bytes=chunk_bytes), redact(text)
+
+
+def _tokens(binary: Path | ChunkedRemoteFile, dtype: np.dtype[Any]) -> NDArray[Any] | TokenSource:
+    if isinstance(binary, Path):
+        return np.memmap(binary, dtype=dtype, mode="r")
+    from lightning_resumable_data.remote.chunks import RemoteTokens
+
+    return RemoteTokens(binary, dtype)
 
 
 def _bad(path: Path, problem: str, fix: str) -> ValueError:
@@ -151,15 +192,26 @@ def _rises(documents: NDArray[np.int64]) -> bool:
 
 
 def open_megatron(
-    prefix: str | os.PathLike[str], *, verify_pointers: bool = False
+    prefix: str | os.PathLike[str],
+    *,
+    verify_pointers: bool = False,
+    cache: ShardCache | None = None,
+    chunk_bytes: int | None = 16 << 20,
 ) -> DocumentCorpus:
     """Open ``prefix.idx`` and ``prefix.bin`` as a :class:`DocumentCorpus`, reading no token.
 
+    A URL prefix (``s3://bucket/corpus_text_document``) downloads the ``.idx`` whole into
+    ``cache`` and reads the ``.bin`` by ranges, in cached chunks of ``chunk_bytes``
+    (:mod:`~lightning_resumable_data.remote.chunks`): the cache may be smaller than the file.
+
     Args:
-        prefix: The path without ``.idx``/``.bin`` (a path with either suffix works too).
+        prefix: The path or URL without ``.idx``/``.bin`` (either suffix works too).
         verify_pointers: Check every sequence pointer against the lengths (reads all of the
             ``.idx``: 12 bytes per sequence). By default the first and last pointers and the
             total size are checked; every read is bounds-checked either way.
+        cache: Where a URL's files are cached (``remote.default_cache()`` if ``None``).
+        chunk_bytes: Bytes per ranged read of a remote ``.bin`` (a multiple of 8); ``None``
+            downloads it whole and maps it (for a corpus the cache holds whole).
 
     Returns:
         The documents. With one sequence per document (``M = N + 1`` document indices, the
@@ -181,24 +233,20 @@ def open_megatron(
         >>> open_megatron(prefix + ".bin").document(0).dtype
         dtype('int32')
     """
-    idx, binary = _paths(prefix)
-    for path in (idx, binary):
-        if not path.exists():
-            raise FileNotFoundError(
-                f"{str(path)!r} does not exist; a Megatron dataset is a prefix with both "
-                f"{idx.name!r} and {binary.name!r}. Check the prefix."
-            )
+    text = _prefix(prefix)
+    idx, binary, source = _files(text, cache, chunk_bytes)
     dtype, count, marks, offset = _header(idx)
     view = np.memmap(idx, dtype=np.uint8, mode="r")
     lengths = np.frombuffer(view, "<i4", count, offset)
     pointers = np.frombuffer(view, "<i8", count, offset + 4 * count)
     documents = np.frombuffer(view, "<i8", marks, offset + 12 * count)
     needed = _check_pointers(idx, lengths, pointers, dtype.itemsize, verify_pointers)
-    actual = binary.stat().st_size
+    actual = binary.stat().st_size if isinstance(binary, Path) else binary.size
     if actual != needed:
         what = "truncated" if actual < needed else "longer than its index"
+        shown = str(binary) if isinstance(binary, Path) else binary.name
         raise ValueError(
-            f"{str(binary)!r} has {actual} bytes, but {idx.name!r} describes {needed} "
+            f"{shown!r} has {actual} bytes, but {idx.name!r} describes {needed} "
             f"({count} sequences of {dtype}): the .bin is {what}, or the pair comes from two "
             "different runs. Re-copy both files of the prefix together."
         )
@@ -208,11 +256,14 @@ def open_megatron(
             f"document indices must rise from 0 to N={count}",
             "Rebuild the index (each document's first sequence, then N).",
         )
-    tokens = np.memmap(binary, dtype=dtype, mode="r") if needed else np.zeros(0, dtype)
+    tokens = _tokens(binary, dtype) if needed else np.zeros(0, dtype)
     reopen = (partial(open_megatron, verify_pointers=verify_pointers), (str(idx),))
+    if "://" in text:  # the URL again (with the same cache), not the cached .idx
+        opener = partial(open_megatron, cache=cache, chunk_bytes=chunk_bytes)
+        reopen = (partial(opener, verify_pointers=verify_pointers), (text,))
     if marks == count + 1 and (not verify_pointers or _is_identity(documents)):
         part = CorpusPart(tokens, pointers, dtype.itemsize)  # one sequence per document
-        return DocumentCorpus([part], lengths, name=str(idx), reopen=reopen)
+        return DocumentCorpus([part], lengths, name=source, reopen=reopen)
     if not _rises(documents):
         raise _bad(
             idx,
@@ -222,7 +273,7 @@ def open_megatron(
     ends = np.concatenate(([0], np.cumsum(lengths, dtype=np.int64)))
     doc_lengths = ends[documents[1:]] - ends[documents[:-1]]
     part = CorpusPart(tokens, ends[documents[:-1]])
-    return DocumentCorpus([part], doc_lengths, name=str(idx), reopen=reopen)
+    return DocumentCorpus([part], doc_lengths, name=source, reopen=reopen)
 
 
 def write_megatron(

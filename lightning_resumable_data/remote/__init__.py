@@ -12,10 +12,13 @@ checkpoint holds any of it.
 * :mod:`~lightning_resumable_data.remote.cache`: :class:`ShardCache`, atomic downloads,
   integrity checks, a byte bound, locks shared by the processes of a node;
 * :mod:`~lightning_resumable_data.remote.prefetch`: downloads in the order ahead;
-* :mod:`~lightning_resumable_data.remote.tokens`: token shards at a URL.
+* :mod:`~lightning_resumable_data.remote.tokens`: token shards at a URL;
+* :mod:`~lightning_resumable_data.remote.chunks`: big files (a Megatron ``.bin``, Parquet)
+  read by byte ranges, in chunks cached like shards.
 
 Other readers use :func:`local_path`, the generic hook: it returns a local path for a
-path or a URL (downloading the URL into the cache).
+path or a URL (downloading the URL into the cache), or :class:`ChunkedRemoteFile` for a
+file too big to download whole.
 
 Example:
     >>> import os, tempfile
@@ -32,7 +35,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from lightning_resumable_data.remote.cache import CacheLockTimeoutError, RemoteObject, ShardCache
+from lightning_resumable_data.remote.cache import (
+    CacheLockTimeoutError,
+    RemoteObject,
+    RemoteRange,
+    ShardCache,
+)
+from lightning_resumable_data.remote.chunks import ChunkedRemoteFile, RemoteTokens
 from lightning_resumable_data.remote.prefetch import upcoming_shards
 from lightning_resumable_data.remote.retry import (
     RemoteReadError,
@@ -49,9 +58,12 @@ from lightning_resumable_data.remote.urls import filesystem, is_url, join_url, r
 
 __all__ = [
     "CacheLockTimeoutError",
+    "ChunkedRemoteFile",
     "RemoteObject",
+    "RemoteRange",
     "RemoteReadError",
     "RemoteTokenShardReader",
+    "RemoteTokens",
     "RetryPolicy",
     "ShardCache",
     "default_cache",
@@ -70,8 +82,9 @@ __all__ = [
 def local_path(path: str | os.PathLike[str], cache: ShardCache | None = None) -> Path:
     """A local path for ``path``: itself if local, else the URL downloaded into ``cache``.
 
-    The hook for readers of whole files (a Megatron ``.idx``/``.bin`` pair, a Parquet
-    file): call it on the path the user gave before opening it. The file is verified
+    The hook for readers of whole files (a Megatron ``.idx``, an index): call it on the
+    path the user gave before opening it (a big file is read by ranges instead, through
+    :class:`ChunkedRemoteFile`). The file is verified
     (size, and the MD5 ETag where the backend gives one) and may be evicted once the cache
     needs room and no process holds it; reopen through this function rather than keeping
     the path for later.

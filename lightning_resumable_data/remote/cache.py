@@ -49,7 +49,7 @@ from lightning_resumable_data.remote._directory import CacheDirectory, CacheLock
 from lightning_resumable_data.remote.retry import RetryPolicy, with_retries
 from lightning_resumable_data.remote.urls import filesystem, redact, url_name
 
-__all__ = ["CacheLockTimeoutError", "RemoteObject", "ShardCache"]
+__all__ = ["CacheLockTimeoutError", "RemoteObject", "RemoteRange", "ShardCache"]
 
 _CHUNK: Final = 64 << 20  # one ranged GET per 64 MiB
 _MD5: Final = re.compile(r"^[0-9a-f]{32}$")
@@ -84,6 +84,36 @@ class RemoteObject:
         """The cache file name: the object's name, prefixed by a digest of URL, size, ETag."""
         digest = hashlib.sha1(f"{redact(self.url)}|{self.size}|{self.etag}".encode())
         return f"{digest.hexdigest()[:16]}-{url_name(self.url)}"
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteRange:
+    """Bytes ``[start, stop)`` of a remote object, cached as an entry of their own.
+
+    Example:
+        >>> part = RemoteRange(RemoteObject("s3://b/a.bin", 100, "9a03"), 64, 100)
+        >>> part.size, part.key.endswith("-a.bin@64-100")
+        (36, True)
+    """
+
+    whole: RemoteObject
+    start: int
+    stop: int
+
+    @property
+    def url(self) -> str:
+        """The object's URL."""
+        return self.whole.url
+
+    @property
+    def size(self) -> int:
+        """Bytes in the range."""
+        return self.stop - self.start
+
+    @property
+    def key(self) -> str:
+        """The cache file name: the object's, then the range (a new object: new names)."""
+        return f"{self.whole.key}@{self.start}-{self.stop}"
 
 
 def _first(info: dict[str, Any], names: tuple[str, ...]) -> str | None:
@@ -251,7 +281,7 @@ class ShardCache:
 
     # -- the local files -----------------------------------------------------------------
 
-    def path_for(self, remote: RemoteObject) -> Path:
+    def path_for(self, remote: RemoteObject | RemoteRange) -> Path:
         """Where ``remote`` is (or will be) cached."""
         return self._disk.path(remote.key)
 
@@ -292,6 +322,35 @@ class ShardCache:
                 temporary.unlink(missing_ok=True)
         return target
 
+    def fetch_range(self, part: RemoteRange, *, rank: int | None = None) -> Path | None:
+        """:meth:`fetch` for a byte range: one ranged GET into an entry of its own.
+
+        The same lock, bound, eviction order and atomic rename as a whole file; the length
+        is verified (an ETag is the whole object's checksum, so no MD5 here).
+        """
+        target = self.path_for(part)
+        if target.exists():
+            return target
+        with self._disk.locked(target, fcntl.LOCK_EX):
+            if target.exists():
+                return target
+            temporary = self._disk.reserve(target, part.size, rank, self._priority)
+            if temporary is None:
+                if rank is not None:
+                    return None
+                raise ValueError(
+                    f"ShardCache(max_bytes={self.max_bytes}) cannot hold {part.size} bytes of "
+                    f"{redact(part.url)!r} next to the {self.cached_bytes()} bytes being read or "
+                    "downloaded; raise max_bytes or lower chunk_bytes."
+                )
+            try:
+                temporary.write_bytes(self.read_bytes(part.url, part.start, part.stop))
+                self._disk.commit(temporary, target)
+                self.downloads += 1
+            finally:
+                temporary.unlink(missing_ok=True)
+        return target
+
     @contextlib.contextmanager
     def local(self, remote: RemoteObject) -> Iterator[Path]:
         """The cached path of ``remote`` (downloaded if needed), kept while the block runs.
@@ -314,7 +373,7 @@ class ShardCache:
 
     # -- the order ahead -----------------------------------------------------------------
 
-    def follow(self, upcoming: Sequence[RemoteObject]) -> None:
+    def follow(self, upcoming: Sequence[RemoteObject | RemoteRange]) -> None:
         """Plan by the order ahead: ``upcoming[0]`` is read now, the rest next, in order.
 
         Eviction keeps the nearest of them; the prefetcher downloads them in order within

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from lightning_resumable_data.index.sharding import shard_order
 
 if TYPE_CHECKING:
-    from lightning_resumable_data.remote.cache import RemoteObject, ShardCache
+    from lightning_resumable_data.remote.cache import RemoteObject, RemoteRange, ShardCache
 
 __all__ = ["Prefetcher", "upcoming_shards"]
 
@@ -57,13 +57,13 @@ class Prefetcher:
         self._executor = ThreadPoolExecutor(
             cache.prefetch_workers, thread_name_prefix="remote-prefetch"
         )
-        self._plan: list[RemoteObject] = []
+        self._plan: list[RemoteObject | RemoteRange] = []
         self._inflight: dict[str, Future[None]] = {}
         self._inflight_bytes = 0
         self._closed = False
         self.started = 0  # prefetch downloads started (for tests and stats)
 
-    def plan(self, upcoming: list[RemoteObject]) -> None:
+    def plan(self, upcoming: list[RemoteObject | RemoteRange]) -> None:
         """Replace the order ahead (``upcoming[0]`` is being read) and start downloads."""
         with self._lock:
             self._plan = upcoming
@@ -90,9 +90,12 @@ class Prefetcher:
             self.started += 1
             self._inflight[remote.key] = self._executor.submit(self._download, remote, rank)
 
-    def _download(self, remote: RemoteObject, rank: int) -> None:
+    def _download(self, remote: RemoteObject | RemoteRange, rank: int) -> None:
         try:
-            self.cache.fetch(remote, rank=rank)
+            if hasattr(remote, "whole"):  # a RemoteRange: a chunk of a file read by ranges
+                self.cache.fetch_range(remote, rank=rank)  # type: ignore[arg-type]
+            else:
+                self.cache.fetch(remote, rank=rank)
         except Exception:
             pass
         finally:
