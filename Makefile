@@ -6,16 +6,27 @@ PY := $(VENV)/bin/python
 # newest CUDA build. Elsewhere, override: `make test TORCH_SPEC=torch` (or keep your own).
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
+# Azurite, Azure Blob's emulator (tests/test_remote_stores.py), is an npm package: installed
+# into the venv where npm is; without npm (or if the install fails) the Azure tests skip.
+AZURITE := $(VENV)/azurite/node_modules/.bin/azurite-blob
 
 .PHONY: setup demo test lint typecheck unit docs bench clean soak torchdata-suite mutate
 
-setup: $(STAMP)
+setup: $(STAMP) $(AZURITE)
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
 	$(PY) -m pip install --quiet -e ".[test,docs,cli]"
 	touch $(STAMP)
+
+$(AZURITE): | $(STAMP)
+	@if command -v npm >/dev/null 2>&1; then \
+		npm install --prefix $(VENV)/azurite azurite@3 --no-audit --no-fund --silent \
+			--no-update-notifier || echo "warning: npm could not install Azurite; the Azure tests will skip."; \
+	else \
+		echo "npm not found: Azurite not installed; the Azure Blob tests will skip."; \
+	fi
 
 demo: setup
 	$(PY) examples/demo.py

@@ -1,6 +1,11 @@
 """Real servers for the remote-storage tests, on 127.0.0.1 and a free port, always stopped.
 
 * :func:`moto_s3`: ``moto_server`` (from ``moto[server]``) in a subprocess: a local S3;
+* :func:`gcs_emulator`: ``gcp-storage-emulator`` in a subprocess, in memory: a local GCS
+  (JSON API), read by gcsfs with :func:`gcs_options`;
+* :func:`azurite_blob`: Azurite's blob service (npm ``azurite``, installed by ``make setup``
+  into ``.venv/azurite``) in a subprocess, in memory: a local Azure Blob, read by adlfs
+  with :func:`azurite_options`;
 * :class:`FileServer`: a threaded ``http.server`` serving a directory in this process, with
   a per-request delay, forced status codes per path, a request log and stop/restart.
 """
@@ -15,6 +20,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -29,7 +35,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _wait_http(url: str, timeout: float = 30.0) -> None:
+def _wait_http(
+    url: str, timeout: float = 30.0, process: subprocess.Popen[bytes] | None = None
+) -> None:
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -38,6 +46,10 @@ def _wait_http(url: str, timeout: float = 30.0) -> None:
         except OSError as error:
             if getattr(error, "code", None):  # an HTTP error status: the server answers
                 return
+            if process is not None and process.poll() is not None:
+                raise RuntimeError(
+                    f"the server of {url} exited with status {process.returncode}"
+                ) from error
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{url} did not come up in {timeout} s") from error
             time.sleep(0.1)
@@ -65,6 +77,114 @@ def moto_s3() -> Iterator[str]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+@contextlib.contextmanager
+def _server(command: list[str], probe: str) -> Iterator[None]:
+    """Run ``command`` in a fresh temporary directory until ``probe`` answers; always stop it.
+
+    Its output goes to a file, shown if it does not come up (a pipe nobody reads could fill
+    and block it).
+    """
+    with tempfile.TemporaryDirectory(prefix="lrd-server-") as folder:
+        log = Path(folder) / "server.log"
+        with log.open("wb") as output:
+            process = subprocess.Popen(
+                command, cwd=folder, stdin=subprocess.DEVNULL, stdout=output, stderr=output
+            )
+            try:
+                try:
+                    _wait_http(probe, process=process)
+                except RuntimeError as error:
+                    tail = log.read_text(errors="replace")[-2000:]
+                    raise RuntimeError(f"{error}; {command[0]} said:\n{tail}") from None
+                yield
+            finally:
+                _stop(process)
+
+
+@contextlib.contextmanager
+def gcs_emulator() -> Iterator[str]:
+    """Start ``gcp-storage-emulator`` (in memory) on 127.0.0.1 and yield its endpoint URL.
+
+    Read it with ``storage_options=gcs_options(endpoint)``; always stopped.
+    """
+    port = free_port()
+    binary = shutil.which("gcp-storage-emulator", path=os.path.dirname(sys.executable))
+    command = [binary] if binary else [sys.executable, "-m", "gcp_storage_emulator"]
+    endpoint = f"http://127.0.0.1:{port}"
+    start = ["start", "--host", "127.0.0.1", "--port", str(port), "--in-memory", "--quiet"]
+    with _server([*command, *start], endpoint + "/storage/v1/b"):
+        yield endpoint
+
+
+def gcs_options(endpoint: str) -> dict[str, Any]:
+    """gcsfs ``storage_options`` for :func:`gcs_emulator`: its endpoint, no credentials.
+
+    (``STORAGE_EMULATOR_HOST=<endpoint>`` in the environment does the same as
+    ``endpoint_url``.)
+    """
+    return {"endpoint_url": endpoint, "token": "anon", "project": "lrd-test"}
+
+
+def azurite_binary() -> str | None:
+    """``azurite-blob``: the one ``make setup`` installs in the venv, else one on ``PATH``."""
+    local = Path(sys.prefix) / "azurite" / "node_modules" / ".bin" / "azurite-blob"
+    if local.is_file():
+        return str(local)
+    return shutil.which("azurite-blob")
+
+
+# Azurite's development account: public, documented, the same for every Azurite.
+AZURITE_ACCOUNT = "devstoreaccount1"
+AZURITE_KEY = (
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+)
+
+
+@contextlib.contextmanager
+def azurite_blob() -> Iterator[str]:
+    """Start Azurite's blob service (in memory) on 127.0.0.1 and yield its blob endpoint.
+
+    The endpoint is ``http://127.0.0.1:PORT/devstoreaccount1``; read it with
+    ``storage_options=azurite_options(endpoint)``. Always stopped.
+
+    Raises:
+        FileNotFoundError: No ``azurite-blob`` (``make setup`` installs it with npm).
+    """
+    binary = azurite_binary()
+    if binary is None:
+        raise FileNotFoundError(
+            f"azurite-blob is not installed: `make setup` (with npm) installs it into "
+            f"{Path(sys.prefix) / 'azurite'}, or `npm install -g azurite@3`."
+        )
+    port = free_port()
+    options = [
+        "--blobHost", "127.0.0.1", "--blobPort", str(port), "--inMemoryPersistence",
+        "--skipApiVersionCheck", "--loose", "--silent", "--disableTelemetry",
+    ]  # fmt: skip
+    endpoint = f"http://127.0.0.1:{port}/{AZURITE_ACCOUNT}"
+    with _server([binary, *options], endpoint + "?comp=list"):
+        yield endpoint
+
+
+def azurite_options(endpoint: str) -> dict[str, Any]:
+    """adlfs ``storage_options`` for :func:`azurite_blob`: a connection string to it."""
+    return {
+        "connection_string": (
+            f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};"
+            f"AccountKey={AZURITE_KEY};BlobEndpoint={endpoint};"
+        )
+    }
 
 
 class _Handler(http.server.SimpleHTTPRequestHandler):
