@@ -85,7 +85,7 @@ def local_path(path: str | os.PathLike[str], cache: ShardCache | None = None) ->
     The hook for readers of whole files (a Megatron ``.idx``, an index): call it on the
     path the user gave before opening it (a big file is read by ranges instead, through
     :class:`ChunkedRemoteFile`). The file is verified
-    (size, and the MD5 ETag where the backend gives one) and may be evicted once the cache
+    (size, and the MD5 where the store lists one) and may be evicted once the cache
     needs room and no process holds it; reopen through this function rather than keeping
     the path for later.
     """

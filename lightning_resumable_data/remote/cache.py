@@ -4,8 +4,9 @@ Every rank and DataLoader worker of a node may share one cache directory. A shar
 downloaded by one process at a time (an exclusive ``flock`` on its lock file; the others
 wait and then find it there), written to a temporary file and renamed into place, so a
 reader never sees half a shard. The download is checked against the size the index or the
-listing gave and, where the backend gives an MD5 ETag (S3 single-part uploads), against the
-checksum: a truncated or replaced object is an error naming the URL, never wrong tokens.
+listing gave and, where the store lists an MD5 (S3's single-part ETag, GCS's ``md5Hash``,
+Azure's content MD5), against that checksum: a truncated or replaced object is an error
+naming the URL, never wrong tokens.
 The cached file's name includes the size and ETag, so a replaced object is never served
 from a stale copy.
 
@@ -34,6 +35,7 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import fcntl
 import hashlib
@@ -67,6 +69,7 @@ class RemoteObject:
     size: int
     etag: str | None = None
     version: str | None = None
+    md5: str | None = None  # hex MD5 of the bytes where the store gives it (checked)
 
     @property
     def identity(self) -> str | None:
@@ -124,10 +127,31 @@ def _first(info: dict[str, Any], names: tuple[str, ...]) -> str | None:
     return None
 
 
+def _md5(info: dict[str, Any], etag: str | None) -> str | None:
+    """The MD5 of the bytes: S3's single-part ETag, GCS's ``md5Hash``, Azure's content MD5."""
+    if etag and _MD5.match(etag):
+        return etag
+    gcs = info.get("md5Hash")
+    if isinstance(gcs, str):
+        with contextlib.suppress(ValueError):
+            digest = base64.b64decode(gcs, validate=True)
+            if len(digest) == 16:
+                return digest.hex()
+    settings = info.get("content_settings")
+    azure = (
+        settings.get("content_md5")
+        if isinstance(settings, dict)
+        else getattr(settings, "content_md5", None)
+    )
+    if isinstance(azure, (bytes, bytearray)) and len(azure) == 16:
+        return bytes(azure).hex()
+    return None
+
+
 def _remote(url: str, info: dict[str, Any]) -> RemoteObject:
     etag = _first(info, ("ETag", "etag", "md5"))
     version = _first(info, ("VersionId", "version_id", "generation"))
-    return RemoteObject(url, int(info["size"]), etag, version)
+    return RemoteObject(url, int(info["size"]), etag, version, _md5(info, etag))
 
 
 class ShardCache:
@@ -207,8 +231,9 @@ class ShardCache:
     def stat(self, url: str) -> RemoteObject:
         """Size and ETag of ``url`` (one request, retried)."""
         fs, path = self._filesystem(url)
-        with contextlib.suppress(Exception):
-            fs.invalidate_cache(path)  # a listing cached earlier may be stale
+        with contextlib.suppress(Exception):  # listings cached earlier may be stale; some
+            fs.invalidate_cache(path)  # backends (adlfs) answer info() from the parent's
+            fs.invalidate_cache(path.rstrip("/").rsplit("/", 1)[0])
         info = with_retries(lambda: self._request(fs, "info", path), url, self.retry, "stat")
         if info.get("size") is None:
             raise ValueError(f"{redact(url)!r} has no known size; the server must send one.")
@@ -270,12 +295,12 @@ class ShardCache:
                 file.write(part)
                 file.flush()
                 digest.update(part)
-        if remote.etag and _MD5.match(remote.etag):
+        if remote.md5 is not None:
             actual = digest.hexdigest()
-            if actual != remote.etag:
+            if actual != remote.md5:
                 raise ValueError(
-                    f"{redact(remote.url)!r} has MD5 {actual}, but it was listed with ETag "
-                    f"{remote.etag}: the object changed after the shards were opened, or was "
+                    f"{redact(remote.url)!r} has MD5 {actual}, but it was listed with MD5 "
+                    f"{remote.md5}: the object changed after the shards were opened, or was "
                     "corrupted in transit. Restore it, or reopen the shards over the new data."
                 )
 
