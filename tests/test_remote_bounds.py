@@ -251,3 +251,35 @@ def test_a_wait_for_another_process_lock_is_bounded_and_follows_progress(
         assert time.monotonic() - start >= 1.8
     local = open_token_shards(tmp_path / "d")[1]
     assert readers[1].read(3).tolist() == local.read(3).tolist()
+
+
+def test_a_stateful_loader_around_a_sharded_sampler_pins_the_shards(
+    s3: dict[str, Any],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """docs/remote.md: StatefulDataLoader(strict_resume=False) around a ShardedSampler; its
+    checkpoints carry the pins too, so a rewritten shard is refused by default."""
+    from lightning_resumable_data import ResumeWarning, StatefulDataLoader, StateMismatchError
+    from lightning_resumable_data.shards import DistributedShardedDataset
+
+    def loader(strict: bool) -> StatefulDataLoader[Any]:
+        cache = ShardCache(tmp_path / f"c{strict}", storage_options=s3["options"])
+        dataset = DistributedShardedDataset(open_token_shards(s3["url"], cache=cache), seed=2)
+        sampler = dataset.sampler(num_replicas=1, rank=0)
+        return StatefulDataLoader(dataset, batch_size=4, sampler=sampler, strict_resume=strict)
+
+    first = loader(True)
+    batches = iter(first)
+    for _ in range(3):
+        next(batches)
+    state = first.state_dict()
+    assert set(state["sampler"]["pins"]) == {f"shard_{i:05d}.bin" for i in range(SHARDS)}
+
+    data = bytearray((s3["local"] / "shard_00002.bin").read_bytes())
+    data[:2] = b"\xff\xff"
+    s3["fs"].pipe(f"{s3['url']}/shard_00002.bin", bytes(data))
+    with pytest.raises(StateMismatchError, match=r"'shard_00002\.bin' was etag="):
+        loader(True).load_state_dict(state)
+    lenient = loader(False)
+    with pytest.warns(ResumeWarning, match="shard_00002"):
+        lenient.load_state_dict(state)

@@ -155,9 +155,13 @@ class ShardedSampler(DistributedSampler):
             )
         )
 
-    def state_dict(self) -> dict[str, Any]:
-        """:meth:`DistributedSampler.state_dict`, plus ``pins`` where shards have them."""
-        state = super().state_dict()
+    def state_at(self, epoch: int, consumed: int) -> dict[str, Any]:
+        """:meth:`DistributedSampler.state_at` (and so ``state_dict``), plus ``pins``.
+
+        A :class:`~lightning_resumable_data.StatefulDataLoader` saves its sampler's state
+        through this method, so the pins reach its checkpoints too.
+        """
+        state = super().state_at(epoch, consumed)
         if self.pins:
             state["pins"] = dict(self.pins)
         return state
