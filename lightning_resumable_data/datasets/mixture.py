@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import torch.utils.data
 
+from lightning_resumable_data.pins import dataset_pins
 from lightning_resumable_data.randomness import KeyedBatch, SampleKey
 
 __all__ = ["MixtureDataset"]
@@ -64,6 +65,15 @@ class MixtureDataset(torch.utils.data.Dataset[Any]):
 
     def __len__(self) -> int:
         return int(self._starts[-1])
+
+    @property
+    def pins(self) -> dict[str, str]:
+        """The sources' pinned files (:mod:`~lightning_resumable_data.pins`), as ``source/file``."""
+        return {
+            f"{name}/{file}": identity
+            for name, source in zip(self.names, self.sources, strict=True)
+            for file, identity in dataset_pins(source).items()
+        }
 
     def locate(self, index: int) -> tuple[str, int]:
         """Return ``(source name, index within the source)`` of a global index."""

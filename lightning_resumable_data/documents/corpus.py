@@ -25,6 +25,8 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from lightning_resumable_data.pins import dataset_pins
+
 __all__ = ["CorpusPart", "DocumentCorpus", "TokenSource", "check_document_lengths"]
 
 IntArray = NDArray[np.integer[Any]]
@@ -180,6 +182,14 @@ class DocumentCorpus:
 
     def __len__(self) -> int:
         return len(self.lengths)
+
+    @property
+    def pins(self) -> dict[str, str]:
+        """Identities of the remote files the tokens are read from (``remote.chunks``)."""
+        pins: dict[str, str] = {}
+        for part in self.parts:
+            pins |= dataset_pins(part.tokens)
+        return pins
 
     @property
     def num_tokens(self) -> int:

@@ -54,6 +54,7 @@ from lightning_resumable_data.index.packing import (
     piece_offsets,
 )
 from lightning_resumable_data.index.permutation import feistel_keys, feistel_permute
+from lightning_resumable_data.pins import dataset_pins
 from lightning_resumable_data.randomness import SampleKey
 from lightning_resumable_data.samplers.distributed import check_non_negative_int
 
@@ -140,6 +141,11 @@ class PackedDataset(torch.utils.data.Dataset[Sample]):
         if self.mode == "pad":
             return len(self.corpus)
         return self.stream_tokens // self.seq_len
+
+    @property
+    def pins(self) -> dict[str, str]:
+        """The corpus's pinned files (:mod:`~lightning_resumable_data.pins`)."""
+        return dataset_pins(self.corpus)
 
     @property
     def tail_tokens(self) -> int:

@@ -40,7 +40,7 @@ import numpy as np
 from numpy.typing import ArrayLike, DTypeLike, NDArray
 
 from lightning_resumable_data.remote.cache import RemoteObject, RemoteRange, ShardCache
-from lightning_resumable_data.remote.urls import redact
+from lightning_resumable_data.remote.urls import redact, url_name
 
 __all__ = ["DEFAULT_CHUNK_BYTES", "DEFAULT_READ_AHEAD", "ChunkedRemoteFile", "RemoteTokens"]
 
@@ -241,6 +241,12 @@ class RemoteTokens:
         self.dtype = np.dtype(dtype)  # chunk_bytes is a multiple of 8: of the itemsize too
         self._per_chunk = file.chunk_bytes // self.dtype.itemsize
         self._length = file.size // self.dtype.itemsize
+
+    @property
+    def pins(self) -> dict[str, str]:
+        """``{file name: identity}`` of the file (:mod:`~lightning_resumable_data.pins`)."""
+        identity = self.file.remote.identity
+        return {} if identity is None else {url_name(self.file.remote.url): identity}
 
     def __len__(self) -> int:
         return self._length

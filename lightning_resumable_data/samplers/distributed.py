@@ -23,6 +23,7 @@ from lightning_resumable_data.index.permutation import (
     feistel_permute,
     randperm,
 )
+from lightning_resumable_data.pins import check_pins, dataset_pins
 from lightning_resumable_data.randomness import KeyedBatch, make_sample_keys
 from lightning_resumable_data.samplers._chunks import (
     CHUNK_SIZE,
@@ -162,6 +163,7 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
         self.algorithm: PermutationAlgorithm = check_algorithm(algorithm)
         self.dataset_length = length
         self.epoch_length = length  # length of the epoch's global order (before padding)
+        self.pins = dataset_pins(dataset)  # files whose bytes the state pins (pins.py)
         self.sample_keys = bool(sample_keys)
         self._resume_at = 0  # global position the next __iter__ starts from (one-shot)
         self._started_at = 0  # global position where the live iteration started
@@ -397,13 +399,16 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
 
         A loader that knows the position better than the sampler (it prefetches) uses this.
         """
-        return make_state(
+        state = make_state(
             self.KIND,
             self.fingerprint,
             epoch=epoch,
             consumed=consumed,
             num_replicas=self.num_replicas,
         )
+        if self.pins:
+            state["pins"] = dict(self.pins)
+        return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore a position; the next ``__iter__`` continues from it.
@@ -414,7 +419,8 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
         Raises:
             StateMismatchError: The state is of another version or kind, is malformed, or
                 was saved with a different dataset length, seed, shuffle, algorithm or
-                drop_last.
+                drop_last, or over a pinned file whose bytes changed since
+                (:mod:`~lightning_resumable_data.pins`).
         """
         check_state(
             state_dict,
@@ -422,6 +428,7 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
             self.fingerprint,
             {"epoch": int, "consumed": int, "num_replicas": int},
         )
+        check_pins(state_dict, self.KIND, self.pins)
         if self.seed + state_dict["epoch"] >= _SEED_LIMIT:
             raise StateMismatchError(
                 f"Cannot load this state into {self.KIND}: epoch={state_dict['epoch']} with "

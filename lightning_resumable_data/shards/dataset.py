@@ -17,6 +17,7 @@ import torch.utils.data
 from numpy.typing import NDArray
 
 from lightning_resumable_data.index.sharding import check_shard_sizes, shard_order, shard_starts
+from lightning_resumable_data.pins import shard_pins
 from lightning_resumable_data.randomness import KeyedBatch, SampleKey
 from lightning_resumable_data.samplers.distributed import check_non_negative_int
 from lightning_resumable_data.shards.readers import ShardReader
@@ -161,6 +162,7 @@ class DistributedShardedDataset(torch.utils.data.Dataset[T], Generic[T]):
         self.shard_identities: tuple[str | None, ...] = tuple(
             getattr(reader, "identity", None) for reader in readers
         )
+        self.pins = shard_pins(self.shard_names, self.shard_identities)  # pins.py
         self._starts_array = shard_starts(sizes).astype(np.int64)
         self._starts: list[int] = self._starts_array.tolist()
         self.epoch = 0

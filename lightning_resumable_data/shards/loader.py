@@ -13,10 +13,10 @@ import torch.utils.data
 
 from lightning_resumable_data._batching import PositionBatchSampler
 from lightning_resumable_data.index.partition import samples_per_rank
+from lightning_resumable_data.pins import check_pins
 from lightning_resumable_data.samplers.distributed import check_non_negative_int
 from lightning_resumable_data.shards._prefetch import Prefetcher, to_device
 from lightning_resumable_data.shards.dataset import DistributedShardedDataset
-from lightning_resumable_data.shards.pins import check_pins
 from lightning_resumable_data.shards.readers import ShardReader
 from lightning_resumable_data.shards.sampler import ShardedSampler, check_shards_unchanged
 from lightning_resumable_data.state import (
@@ -105,7 +105,7 @@ class ShardedDataLoader(Iterable[Any]):
 
     State keys: ``version``, ``kind``, ``fingerprint`` (the sampler's: shard count, sizes
     digest, seed, shuffle flags, ``drop_last``), ``epoch``, ``consumed``; ``pins`` where the
-    shards have an ETag or version (:mod:`~lightning_resumable_data.shards.pins`).
+    shards have an ETag or version (:mod:`~lightning_resumable_data.pins`).
 
     Args:
         shards: Shard readers (``open_token_shards(...)``) or a ``DistributedShardedDataset``.

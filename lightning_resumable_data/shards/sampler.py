@@ -11,8 +11,8 @@ from lightning_resumable_data.index.sharding import (
     sharded_order,
     shards_digest,
 )
+from lightning_resumable_data.pins import dataset_pins
 from lightning_resumable_data.samplers.distributed import DistributedSampler
-from lightning_resumable_data.shards.pins import check_pins, shard_pins
 from lightning_resumable_data.state import StateMismatchError, make_state
 
 __all__ = ["ShardedSampler", "ShardedSource"]
@@ -87,14 +87,10 @@ class ShardedSampler(DistributedSampler):
     ) -> None:
         self.source: ShardedSource | None
         names: tuple[str, ...] | None
-        self.pins: dict[str, str] = {}  # shard name -> identity of its bytes (shards.pins)
         if isinstance(dataset_or_sizes, ShardedSource):
             self.source = dataset_or_sizes
             sizes = check_shard_sizes(dataset_or_sizes.shard_sizes)
             names = tuple(dataset_or_sizes.shard_names)
-            identities = getattr(dataset_or_sizes, "shard_identities", None)
-            if identities is not None:
-                self.pins = shard_pins(names, identities)
         else:
             self.source, names = None, None
             sizes = check_shard_sizes(dataset_or_sizes)
@@ -113,6 +109,7 @@ class ShardedSampler(DistributedSampler):
             sample_keys=sample_keys,
         )
         self._digest = shards_digest(self.shard_sizes, names)
+        self.pins = dataset_pins(self.source)  # each shard's ETag and version (pins.py)
 
     @property
     def fingerprint(self) -> dict[str, Any]:
@@ -155,17 +152,6 @@ class ShardedSampler(DistributedSampler):
             )
         )
 
-    def state_at(self, epoch: int, consumed: int) -> dict[str, Any]:
-        """:meth:`DistributedSampler.state_at` (and so ``state_dict``), plus ``pins``.
-
-        A :class:`~lightning_resumable_data.StatefulDataLoader` saves its sampler's state
-        through this method, so the pins reach its checkpoints too.
-        """
-        state = super().state_at(epoch, consumed)
-        if self.pins:
-            state["pins"] = dict(self.pins)
-        return state
-
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore a position, refusing it if the shard list changed since it was saved.
 
@@ -176,7 +162,6 @@ class ShardedSampler(DistributedSampler):
                 refuses.
         """
         check_shards_unchanged(state_dict, self.KIND, self.fingerprint)
-        check_pins(state_dict, self.KIND, self.pins)
         if self.source is not None:
             self.source.check_shards()
         super().load_state_dict(state_dict)
