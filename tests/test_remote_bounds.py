@@ -150,12 +150,15 @@ if mode == "save":
     for _ in range(5):
         next(batches)
     json.dump(loader.state_dict(), open(path, "w"))
+    loader.close()  # a live iterator's threads must not outlive the interpreter
 else:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         loader.load_state_dict(json.load(open(path)))
     print(json.dumps({"batches": [b.tolist() for b in loader],
                       "warnings": [str(w.message) for w in caught]}))
+    loader.close()
+cache.close()
 """
 
 
