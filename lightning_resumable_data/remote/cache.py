@@ -42,7 +42,7 @@ import hashlib
 import os
 import re
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -322,30 +322,11 @@ class ShardCache:
         ahead: it evicts only files needed later than it, and returns ``None`` if that
         does not make room.
         """
-        target = self.path_for(remote)
-        if target.exists():
-            return target
-        with self._disk.locked(target, fcntl.LOCK_EX):
-            if target.exists():  # another process downloaded it while we waited
-                return target
-            temporary = self._disk.reserve(target, remote.size, rank, self._priority)
-            if temporary is None:
-                if rank is not None:
-                    return None
-                raise ValueError(
-                    f"ShardCache(max_bytes={self.max_bytes}) cannot hold {redact(remote.url)!r} "
-                    f"({remote.size} bytes) next to the {self.cached_bytes()} bytes being read "
-                    f"or downloaded in {str(self.directory)!r}. Raise max_bytes (at least the "
-                    "largest shard times the shards resident per process, times the processes "
-                    "sharing the cache)."
-                )
-            try:
-                self._download(remote, temporary)
-                self._disk.commit(temporary, target)
-                self.downloads += 1
-            finally:
-                temporary.unlink(missing_ok=True)
-        return target
+        hint = (
+            "at least the largest shard times the shards resident per process, times the "
+            "processes sharing the cache"
+        )
+        return self._fill(remote, rank, hint, lambda path: self._download(remote, path))
 
     def fetch_range(self, part: RemoteRange, *, rank: int | None = None) -> Path | None:
         """:meth:`fetch` for a byte range: one ranged GET into an entry of its own.
@@ -353,23 +334,37 @@ class ShardCache:
         The same lock, bound, eviction order and atomic rename as a whole file; the length
         is verified (an ETag is the whole object's checksum, so no MD5 here).
         """
-        target = self.path_for(part)
+
+        def write(path: Path) -> None:
+            path.write_bytes(self.read_bytes(part.url, part.start, part.stop))
+
+        return self._fill(part, rank, "or lower chunk_bytes", write)
+
+    def _fill(
+        self,
+        entry: RemoteObject | RemoteRange,
+        rank: int | None,
+        hint: str,
+        write: Callable[[Path], None],
+    ) -> Path | None:
+        """The entry's cached path, written by ``write`` into a reserved temporary first."""
+        target = self.path_for(entry)
         if target.exists():
             return target
         with self._disk.locked(target, fcntl.LOCK_EX):
-            if target.exists():
+            if target.exists():  # another process downloaded it while we waited
                 return target
-            temporary = self._disk.reserve(target, part.size, rank, self._priority)
+            temporary = self._disk.reserve(target, entry.size, rank, self._priority)
             if temporary is None:
                 if rank is not None:
                     return None
                 raise ValueError(
-                    f"ShardCache(max_bytes={self.max_bytes}) cannot hold {part.size} bytes of "
-                    f"{redact(part.url)!r} next to the {self.cached_bytes()} bytes being read or "
-                    "downloaded; raise max_bytes or lower chunk_bytes."
+                    f"ShardCache(max_bytes={self.max_bytes}) cannot hold {redact(entry.url)!r} "
+                    f"({entry.size} bytes) next to the {self.cached_bytes()} bytes being read "
+                    f"or downloaded in {str(self.directory)!r}. Raise max_bytes ({hint})."
                 )
             try:
-                temporary.write_bytes(self.read_bytes(part.url, part.start, part.stop))
+                write(temporary)
                 self._disk.commit(temporary, target)
                 self.downloads += 1
             finally:
