@@ -2,17 +2,18 @@
 
 Built as a subclass of torchdata's ``StatefulDataLoader`` (so it is accepted wherever that
 one is, and its per-worker state path stays available as a fallback) that replaces the
-state for the samplers of this package by one global position.
+state for the samplers of this package by one global position. The loader iterates and
+counts; how it saves and restores is its resume strategy's (:mod:`lightning_resumable_data.resume`).
 """
 
 from __future__ import annotations
 
-import collections
+import functools
 import itertools
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sized
-from typing import Any, Final, Literal, NamedTuple
+from typing import Any, Final
 
 import torch
 from torch.utils.data import BatchSampler, Dataset, IterableDataset, Sampler
@@ -26,34 +27,20 @@ from lightning_resumable_data._batching import (
     SkippableSampler,
 )
 from lightning_resumable_data._progress import BatchPosition, CountingIterator, Progress
-from lightning_resumable_data._torchdata_state import read_torchdata_state
 from lightning_resumable_data.randomness import worker_seed
-from lightning_resumable_data.samplers.distributed import check_non_negative_int
-from lightning_resumable_data.state import (
-    ResumeWarning,
-    StateMismatchError,
-    check_state,
-    make_state,
+from lightning_resumable_data.resume import (
+    Layout,
+    PositionResume,
+    RestoredPosition,
+    ResumeMode,
+    ResumeStrategy,
+    choose_strategy,
+    read_torchdata_state,
 )
+from lightning_resumable_data.samplers.distributed import check_non_negative_int
+from lightning_resumable_data.state import StateMismatchError, check_state
 
-__all__ = ["PositionSampler", "SkippableSampler", "StatefulDataLoader"]
-
-ResumeMode = Literal["position", "skip", "torchdata"]
-_POSITION_KEYS = ("epoch", "batches_yielded", "batch_size", "num_replicas", "torchdata")
-
-
-class RestoredPosition(NamedTuple):
-    """The position a ``load_state_dict`` restored: epoch, consumed, and the saved step.
-
-    ``step_samples`` is the global samples per batch of the layout that saved it (batch
-    size x world size), so a trainer can check the position against its own saved batch
-    count, whatever the layout now.
-    """
-
-    epoch: int
-    consumed: int
-    step_samples: int
-
+__all__ = ["PositionSampler", "RestoredPosition", "SkippableSampler", "StatefulDataLoader"]
 
 T_co = TypeVar("T_co", covariant=True, default=Any)  # bare StatefulDataLoader: of Any
 
@@ -96,7 +83,7 @@ class StatefulDataLoader(_TorchdataLoader[T_co]):
     ``num_replicas``, ``sampler`` (the sampler's state at this position); in torchdata mode,
     torchdata's own keys (``_snapshot``, ``_num_yielded``, ...) at the top level instead, so
     torchdata's loader can load the state too. A state saved by torchdata's loader is
-    accepted (see ``_load_torchdata_state``).
+    accepted (see :meth:`load_state_dict`).
 
     Args:
         dataset: The dataset.
@@ -197,18 +184,9 @@ class StatefulDataLoader(_TorchdataLoader[T_co]):
                 snapshot_every_n_steps=snapshot_every_n_steps,
             )
         self.position_sampler = self._find_sampler()
-        self.resume_mode: ResumeMode = self._choose_mode()
+        self._strategy = self._choose_strategy(strict_resume)
         if self.resume_mode != "torchdata":
             self.snapshot_every_n_steps = 0  # workers need not send torchdata snapshots
-        if self.resume_mode == "position" and type(self.batch_sampler) is _TorchdataBatchSampler:
-            # torchdata's BatchSampler keeps a resumable per-index Python loop we never use
-            # (the position is the sampler's); ours asks the sampler for whole batches.
-            fast = PositionBatchSampler(
-                self.batch_sampler.sampler,
-                self.batch_sampler.batch_size,
-                self.batch_sampler.drop_last,
-            )
-            object.__setattr__(self, "batch_sampler", fast)  # DataLoader forbids a plain set
         self.max_epochs = (
             None if max_epochs is None else check_non_negative_int("max_epochs", max_epochs)
         )
@@ -221,21 +199,16 @@ class StatefulDataLoader(_TorchdataLoader[T_co]):
         self._progress = Progress()
         self._trained: int | None = None  # batches of the epoch the model trained on
         self._trained_source: Callable[[], int | None] | None = None  # a trainer's counter
-        # where the batches handed out and not yet trained begin (position mode)
-        self._handed: collections.deque[BatchPosition] = collections.deque(maxlen=64)
         # the position the last load_state_dict restored, with the saved layout's step
         self.restored: RestoredPosition | None = None
         self._live: weakref.ref[CountingIterator] | None = None
-        self._epoch_limit: int | None = None  # global samples an epoch ends at (a trainer's)
         # (batches saved, the same position in batches of this layout) after a restore
         # under another batch or world size; a trainer restates its own batch count.
         self.layout_change: tuple[int, int] | None = None
         self._serials = itertools.count()
-        self._warned_replay = False
         self._check_batches_fit()
-        self._step_samples = self._batch_samples * self._num_replicas  # fixed from here on
 
-    # -- what kind of resume is possible -------------------------------------------------
+    # -- the sampler and the resume strategy -----------------------------------------------
 
     def _find_sampler(self) -> object:
         """The sampler that orders the samples: the batch sampler's, or the batch sampler."""
@@ -245,41 +218,53 @@ class StatefulDataLoader(_TorchdataLoader[T_co]):
             return self.batch_sampler.sampler
         return self.batch_sampler if self.batch_sampler is not None else self.sampler
 
-    def _choose_mode(self) -> ResumeMode:
-        if isinstance(self.position_sampler, PositionSampler) and self._unit() == "samples":
-            return "position"
-        if isinstance(self.position_sampler, SkippableSampler):
-            return "skip"
-        return "torchdata"
-
-    def _unit(self) -> Literal["samples", "batches"]:
-        """What ``set_skip`` counts: samples, unless a custom batch sampler skips batches."""
+    def _choose_strategy(self, strict: bool) -> ResumeStrategy:
         custom_batches = self.batch_sampler is not None and not isinstance(
             self.batch_sampler, BatchSampler
+        )  # then set_skip counts batches, not samples
+        batched = isinstance(self.batch_sampler, BatchSampler)
+        layout = Layout(
+            self.KIND,
+            int(self.batch_sampler.batch_size) if batched else 1,  # type: ignore[union-attr]
+            int(getattr(self.position_sampler, "num_replicas", 1)),
+            bool(self.drop_last),
         )
-        return "batches" if custom_batches else "samples"
+        if (
+            isinstance(self.position_sampler, PositionSampler)
+            and not custom_batches
+            and type(self.batch_sampler) is _TorchdataBatchSampler
+        ):  # torchdata's BatchSampler keeps a resumable per-index Python loop we never use
+            # (the position is the sampler's); ours asks the sampler for whole batches.
+            fast = PositionBatchSampler(
+                self.batch_sampler.sampler,
+                self.batch_sampler.batch_size,
+                self.batch_sampler.drop_last,
+            )
+            object.__setattr__(self, "batch_sampler", fast)  # DataLoader forbids a plain set
+        return choose_strategy(
+            self.position_sampler,
+            layout,
+            strict,
+            batch_sampler=self.batch_sampler,
+            skips_batches=custom_batches,
+            # The fallback's state is torchdata's own (a reference back to this loader).
+            native_state=functools.partial(_TorchdataLoader.state_dict, self),
+            native_load=functools.partial(_TorchdataLoader.load_state_dict, self),
+        )
 
     @property
-    def _batch_samples(self) -> int:
-        if isinstance(self.batch_sampler, BatchSampler):
-            return int(self.batch_sampler.batch_size)
-        return 1
-
-    @property
-    def _num_replicas(self) -> int:
-        return int(getattr(self.position_sampler, "num_replicas", 1))
+    def resume_mode(self) -> ResumeMode:
+        """How this loader resumes: ``"position"``, ``"skip"`` or ``"torchdata"``."""
+        return self._strategy.mode
 
     def _check_batches_fit(self) -> None:
         if not (isinstance(self.batch_sampler, BatchSampler) and self.batch_sampler.drop_last):
             return
-        share = (
-            len(self.batch_sampler.sampler)
-            if isinstance(self.batch_sampler.sampler, Sized)
-            else None
-        )
-        if share is not None and self._batch_samples > share:
+        sampler, size = self.batch_sampler.sampler, self._strategy.layout.batch_size
+        share = len(sampler) if isinstance(sampler, Sized) else None
+        if share is not None and size > share:
             raise ValueError(
-                f"batch_size={self._batch_samples} is larger than this rank's share of the "
+                f"batch_size={size} is larger than this rank's share of the "
                 f"epoch ({share} samples) and drop_last=True, so every epoch would be empty. "
                 "Use a smaller batch_size, drop_last=False, or fewer ranks."
             )
@@ -312,7 +297,7 @@ class StatefulDataLoader(_TorchdataLoader[T_co]):
         already points at the next epoch.
         """
         self._detach_live()
-        self._handed.clear()
+        self._clear_handed()
         self._progress.end_epoch()
 
     def set_epoch_limit(self, samples: int | None) -> None:
@@ -323,7 +308,8 @@ class StatefulDataLoader(_TorchdataLoader[T_co]):
         as the uninterrupted run. Position mode with the loader's own batching only; other
         loaders ignore it.
         """
-        self._epoch_limit = None if samples is None else check_non_negative_int("samples", samples)
+        limit = None if samples is None else check_non_negative_int("samples", samples)
+        self._strategy.epoch_limit = limit
 
     def _live_iterator(self) -> CountingIterator | None:
         live = self._live() if self._live is not None else None
@@ -334,6 +320,10 @@ class StatefulDataLoader(_TorchdataLoader[T_co]):
         if live is not None:
             live.detach()
         self._live = None
+
+    def _clear_handed(self) -> None:
+        if self._strategy.handed is not None:
+            self._strategy.handed.clear()
 
     def __iter__(self) -> CountingIterator:  # type: ignore[override]
         """A new pass over the data; it fixes its position at its first ``next()``.
@@ -358,56 +348,22 @@ class StatefulDataLoader(_TorchdataLoader[T_co]):
             self.end_epoch()  # torch's rule: a new pass after a partial one is a new epoch
         elif self._epoch_done(self._progress):
             self._progress.end_epoch()
-        progress, sampler = self._progress, self.position_sampler
+        progress = self._progress
         iterator.progress = progress
         progress.reader = iterator.serial
         self._live = weakref.ref(iterator)
-        self._handed.clear()  # batches of an abandoned reading will not be trained
-        if self.resume_mode == "torchdata":
-            # torchdata's behaviour exactly: the user's set_epoch, torch's global RNG (or the
-            # user's generator) for the shuffle and the worker seeds.
-            return super().__iter__()
-        if hasattr(sampler, "lock_epoch"):
-            sampler.lock_epoch(progress.epoch)  # a trainer's set_epoch cannot move it now
-        elif hasattr(sampler, "set_epoch"):
-            sampler.set_epoch(progress.epoch)
-        if self.resume_mode == "position":
-            assert isinstance(sampler, PositionSampler)
-            if progress.resume_at is not None:  # the loader, not the sampler, owns a restore
-                sampler.load_state_dict(sampler.state_at(progress.epoch, progress.resume_at))
-                progress.resume_at = None
-            progress.base_consumed, progress.base_batches = (
-                sampler.consumed,
-                progress.batches_yielded,
-            )
-            if isinstance(self.batch_sampler, PositionBatchSampler):
-                self.batch_sampler.limit = self._rank_samples_before_limit(
-                    sampler, progress.base_consumed
-                )
-            iterator.handed, iterator.step_samples = self._handed, self.samples_per_step
-        elif self.resume_mode == "skip" and hasattr(sampler, "state_dict"):
-            # The sampler's state where this iteration begins: a resume loads it and skips
-            # the batches yielded since (the sampler's live state runs ahead by the prefetch).
-            progress.origin = sampler.state_dict()
-        if not self._user_generator:
-            rank = int(getattr(sampler, "rank", 0))
-            self.generator = torch.Generator().manual_seed(
-                worker_seed(self.seed, progress.epoch, rank)
-            )
+        self._clear_handed()  # batches of an abandoned reading will not be trained
+        self._strategy.begin(progress, iterator)
+        if self._strategy.seeds_workers and not self._user_generator:
+            rank = int(getattr(self.position_sampler, "rank", 0))
+            seed = worker_seed(self.seed, progress.epoch, rank)
+            self.generator = torch.Generator().manual_seed(seed)
         return super().__iter__()
 
     def _epoch_done(self, progress: Progress) -> bool:
         """Whether the position is at the end of its epoch (position mode only)."""
-        consumed = self._consumed(progress, progress.batches_yielded)
+        consumed = self._strategy.consumed(progress, progress.batches_yielded)
         return consumed > 0 and self.ends_epoch(consumed)
-
-    def _rank_samples_before_limit(self, sampler: PositionSampler, consumed: int) -> int | None:
-        """Samples of this rank in ``[consumed, epoch limit)``; ``None`` without a limit."""
-        limit = self._epoch_limit
-        if limit is None or limit >= consumed + sampler.samples_left(consumed) * self._num_replicas:
-            return None
-        rank = int(getattr(sampler, "rank", 0))
-        return max(0, -(-(limit - consumed - rank) // self._num_replicas))
 
     def __len__(self) -> int:
         """Batches in a whole epoch in the current layout (batch size and world size).
@@ -420,7 +376,7 @@ class StatefulDataLoader(_TorchdataLoader[T_co]):
     @property
     def epoch_limit(self) -> int | None:
         """Global samples every epoch ends at (:meth:`set_epoch_limit`); ``None``: no limit."""
-        return self._epoch_limit
+        return self._strategy.epoch_limit
 
     def ends_epoch(self, consumed: int) -> bool:
         """Whether an epoch of this loader has nothing left after ``consumed`` global samples.
@@ -428,35 +384,14 @@ class StatefulDataLoader(_TorchdataLoader[T_co]):
         Its samples are used up, or the epoch limit (:meth:`set_epoch_limit`) is reached;
         position mode only (otherwise ``False``).
         """
-        sampler = self.position_sampler
-        if self.resume_mode != "position" or not isinstance(sampler, PositionSampler):
-            return False
-        return self._batches_left(sampler, consumed) == 0
-
-    def _batches_left(self, sampler: PositionSampler, consumed: int) -> int:
-        if self._epoch_limit is not None and consumed >= self._epoch_limit:
-            return 0
-        left = sampler.samples_left(consumed)
-        return left // self._batch_samples if self.drop_last else -(-left // self._batch_samples)
-
-    def _consumed(self, progress: Progress, batches: int) -> int:
-        """Global samples consumed after ``batches`` batches of ``progress``'s epoch."""
-        if progress.resume_at is not None:  # restored, not iterated yet
-            return progress.resume_at
-        return progress.base_consumed + (batches - progress.base_batches) * self.samples_per_step
+        return self._strategy.ends_epoch(consumed)
 
     @property
     def samples_per_step(self) -> int:
         """Global samples consumed by one batch on every rank (batch size x world size)."""
-        return self._step_samples
+        return self._strategy.layout.step_samples
 
-    # -- state -----------------------------------------------------------------------------
-
-    @property
-    def fingerprint(self) -> dict[str, Any]:
-        """What the loader's position depends on, besides its sampler's own fingerprint."""
-        length = len(self.dataset) if isinstance(self.dataset, Sized) else None
-        return {"mode": self.resume_mode, "dataset_length": length}
+    # -- what the model trained ------------------------------------------------------------
 
     def note_trained(self, batches: int) -> None:
         """Tell the loader how many batches of the current epoch the model has trained on.
@@ -489,7 +424,22 @@ class StatefulDataLoader(_TorchdataLoader[T_co]):
         to check that the batch it trains is the one its counters imply. ``None``: no batch
         was handed out since the reading began, or the loader has no position sampler.
         """
-        return self._handed.popleft() if self._handed else None
+        handed = self._strategy.handed
+        return handed.popleft() if handed else None
+
+    def trained_position(self) -> tuple[int, int, int]:
+        """(epoch, global samples, batches) the model has trained on in the loader's epoch.
+
+        Example:
+            >>> from lightning_resumable_data import DistributedSampler
+            >>> loader = StatefulDataLoader(range(8), batch_size=2,
+            ...     sampler=DistributedSampler(range(8), num_replicas=2, rank=0))
+            >>> _ = next(iter(loader))
+            >>> loader.trained_position()
+            (0, 4, 1)
+        """
+        progress, batches = self._trained_view()
+        return progress.epoch, self._strategy.consumed(progress, batches), batches
 
     def _trained_view(self) -> tuple[Progress, int]:
         """The progress and batch count the state describes: trained, else yielded."""
@@ -509,41 +459,19 @@ class StatefulDataLoader(_TorchdataLoader[T_co]):
             return progress, 0
         return progress, min(trained, progress.batches_yielded)
 
+    # -- state -----------------------------------------------------------------------------
+
+    @property
+    def fingerprint(self) -> dict[str, Any]:
+        """What the loader's position depends on, besides its sampler's own fingerprint."""
+        length = len(self.dataset) if isinstance(self.dataset, Sized) else None
+        return {"mode": self.resume_mode, "dataset_length": length}
+
     def state_dict(self) -> dict[str, Any]:
         """The position after the last batch trained (or yielded), identical on every rank."""
         progress, batches = self._trained_view()
-        position: dict[str, Any] = {
-            "epoch": progress.epoch,
-            "batches_yielded": batches,
-            "batch_size": self._batch_samples,
-            "num_replicas": self._num_replicas,
-        }
-        sampler = self.position_sampler
-        if self.resume_mode == "position":
-            assert isinstance(sampler, PositionSampler)
-            # A short last batch counts less than a full one: cap at the epoch's end, known
-            # from where this reading began (not from the sampler's live state, which a
-            # trainer's own set_epoch may have moved).
-            end = progress.base_consumed + sampler.samples_left(progress.base_consumed) * (
-                self._num_replicas
-            )
-            consumed = min(self._consumed(progress, batches), end)
-            if self._epoch_limit is not None:
-                consumed = min(consumed, max(self._epoch_limit, progress.base_consumed))
-            if self._batches_left(sampler, consumed) == 0:  # the epoch is over: say so
-                position.update(epoch=progress.epoch + 1, batches_yielded=0)
-                consumed = 0
-            position["consumed"] = consumed
-            position["sampler"] = sampler.state_at(position["epoch"], consumed)
-        elif self.resume_mode == "skip":
-            origin = progress.origin
-            if origin is None and progress is self._progress and hasattr(sampler, "state_dict"):
-                origin = sampler.state_dict()  # not iterating: the pending position
-            if origin is not None:
-                position["sampler"] = origin
-        else:  # torchdata's own layout at the top level: code that reads it keeps working
-            return {**super().state_dict(), **make_state(self.KIND, self.fingerprint, **position)}
-        return make_state(self.KIND, self.fingerprint, **position)
+        current = progress is self._progress
+        return self._strategy.save(progress, batches, self.fingerprint, current)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore a position; the next ``iter()`` continues right after it.
@@ -551,7 +479,10 @@ class StatefulDataLoader(_TorchdataLoader[T_co]):
         As with torchdata, the state applies at the next ``iter()``: an iterator that is
         live when it is loaded ends (its next ``next()`` raises ``StopIteration``). An empty
         dict does nothing (torchdata's rule). A state saved by torchdata's own
-        ``StatefulDataLoader`` is accepted too (see :meth:`_load_torchdata_state`).
+        ``StatefulDataLoader`` is accepted too: with a position or skip sampler, its batch
+        count becomes this loader's position in the epoch the sampler is set to (torchdata
+        states hold no epoch: call ``sampler.set_epoch`` or :meth:`set_epoch` first, as the
+        torchdata job did); the world size and batch size must be the ones it was saved with.
 
         Raises:
             StateMismatchError: The state is of another version, kind, mode or dataset, is
@@ -560,163 +491,44 @@ class StatefulDataLoader(_TorchdataLoader[T_co]):
         """
         if isinstance(state_dict, dict) and not state_dict:
             return
-        if read_torchdata_state(state_dict) is not None:
-            self._load_torchdata_state(state_dict)
-            return
+        torchdata_position = read_torchdata_state(state_dict)
+        if torchdata_position is not None:
+            self._detach_live()
+            self._trained, self._trained_source = None, None
+            self.restored = None
+            restored = self._strategy.restore_torchdata(
+                state_dict, torchdata_position, self._progress.epoch
+            )
+        else:
+            self._check(state_dict)
+            self._detach_live()
+            self.restored = None
+            restored = self._strategy.restore(state_dict)
+            self._trained, self._trained_source = None, None
+        self._progress = restored.progress
+        self.restored = restored.position
+        if isinstance(self._strategy, PositionResume):
+            self.layout_change = restored.layout_change
+
+    def _check(self, state: dict[str, Any]) -> None:
+        """Check a state's version, kind, fingerprint, keys and epoch before restoring it."""
         required: dict[str, type | tuple[type, ...]] = {
             "epoch": int,
             "batches_yielded": int,
             "batch_size": int,
             "num_replicas": int,
+            **self._strategy.required,
         }
-        if self.resume_mode == "position":
-            required |= {"consumed": int, "sampler": dict}
         fingerprint = self.fingerprint
-        if not self.strict_resume and isinstance(state_dict, dict):
-            saved = state_dict.get("fingerprint")
+        if not self.strict_resume and isinstance(state, dict):
+            saved = state.get("fingerprint")
             if isinstance(saved, dict) and saved.get("mode") == fingerprint["mode"]:
                 fingerprint = saved  # accept another dataset; the mode must still match
-        check_state(state_dict, self.KIND, fingerprint, required)
-        epoch = state_dict["epoch"]
+        check_state(state, self.KIND, fingerprint, required)
+        epoch = state["epoch"]
         if self.max_epochs is not None and epoch > self.max_epochs:
             raise StateMismatchError(
                 f"Cannot load this state into {self.KIND}: epoch={epoch} is beyond "
                 f"max_epochs={self.max_epochs}. It belongs to a longer run; raise max_epochs "
                 "to continue it."
-            )
-        self._detach_live()
-        self._progress = self._restore(state_dict)
-        self._trained, self._trained_source = None, None
-
-    def _load_torchdata_state(self, state: dict[str, Any]) -> None:
-        """Continue a job whose checkpoint torchdata's ``StatefulDataLoader`` wrote.
-
-        In torchdata mode the state is handed to torchdata unchanged. With a position or
-        skip sampler, its batch count becomes this loader's position in the epoch the
-        sampler is set to (torchdata states hold no epoch: call ``sampler.set_epoch`` or
-        :meth:`set_epoch` first, as the torchdata job did); the world size and batch size
-        must be the ones the state was saved with.
-        """
-        position = read_torchdata_state(state)
-        assert position is not None
-        self._detach_live()
-        self._trained, self._trained_source = None, None
-        self.restored = None
-        if self.resume_mode == "torchdata":
-            self._progress = Progress(epoch=self._progress.epoch)
-            super().load_state_dict(state)
-            return
-        sampler = self.position_sampler
-        epoch = int(getattr(sampler, "epoch", self._progress.epoch))
-        ours: dict[str, Any] = {
-            "epoch": epoch + 1 if position.finished else epoch,
-            "batches_yielded": 0 if position.finished else position.batches,
-            "batch_size": self._batch_samples,
-            "num_replicas": self._num_replicas,
-        }
-        if self.resume_mode == "position":
-            assert isinstance(sampler, PositionSampler)
-            consumed = ours["batches_yielded"] * self.samples_per_step
-            consumed = min(consumed, sampler.samples_left(0) * self._num_replicas)
-            if consumed and self._batches_left(sampler, consumed) == 0:  # the epoch is over
-                ours.update(epoch=ours["epoch"] + 1, batches_yielded=0)
-                consumed = 0
-            ours["consumed"] = consumed
-            ours["sampler"] = sampler.state_at(ours["epoch"], consumed)
-        elif isinstance(sampler, SkippableSampler) and hasattr(sampler, "state_dict"):
-            sampler.set_epoch(ours["epoch"])
-            ours["sampler"] = sampler.state_dict()
-        self._progress = self._restore(ours)
-
-    def _restore(self, state: dict[str, Any]) -> Progress:
-        sampler = self.position_sampler
-        self.restored = None
-        progress = Progress(epoch=state["epoch"], batches_yielded=state["batches_yielded"])
-        if self.resume_mode == "position":
-            assert isinstance(sampler, PositionSampler)
-            if (
-                state["sampler"].get("consumed") != state["consumed"]
-                or state["sampler"].get("epoch") != state["epoch"]
-            ):
-                raise StateMismatchError(
-                    f"Cannot load this state into {self.KIND}: its position (epoch "
-                    f"{state['epoch']}, consumed {state['consumed']}) and its sampler's "
-                    f"(epoch {state['sampler'].get('epoch')!r}, consumed "
-                    f"{state['sampler'].get('consumed')!r}) disagree. The state is corrupted."
-                )
-            try:
-                sampler.load_state_dict(state["sampler"])  # validates its fingerprint first
-            except StateMismatchError as error:
-                if self.strict_resume:
-                    raise
-                warnings.warn(
-                    f"Resuming under a changed configuration (strict_resume=False): {error} "
-                    "Only the epoch and position are restored.",
-                    ResumeWarning,
-                    stacklevel=3,
-                )
-            if hasattr(sampler, "lock_epoch"):  # the loader owns the restored epoch: a
-                sampler.lock_epoch(state["epoch"])  # trainer's set_epoch cannot discard it
-            progress.resume_at = progress.base_consumed = state["consumed"]
-            self.restored = RestoredPosition(
-                state["epoch"], state["consumed"], state["batch_size"] * state["num_replicas"]
-            )
-            self.layout_change = None
-            if (state["batch_size"], state["num_replicas"]) != (
-                self._batch_samples,
-                self._num_replicas,
-            ):  # the position is global; the batches done are restated in this layout
-                progress.batches_yielded = state["consumed"] // self.samples_per_step
-                self.layout_change = (state["batches_yielded"], progress.batches_yielded)
-            progress.base_batches = progress.batches_yielded
-        elif self.resume_mode == "skip":
-            assert isinstance(sampler, SkippableSampler)
-            if state["num_replicas"] != self._num_replicas:
-                raise StateMismatchError(
-                    f"Cannot load this state into {self.KIND}: it was saved with num_replicas="
-                    f"{state['num_replicas']}, now {self._num_replicas}, and "
-                    f"{type(sampler).__name__} cannot change world size mid-epoch. Use "
-                    "lightning_resumable_data.DistributedSampler for elastic resume."
-                )
-            if hasattr(sampler, "load_state_dict"):
-                if not isinstance(state.get("sampler"), dict):
-                    raise StateMismatchError(
-                        f"Cannot load this state into {self.KIND}: it has no 'sampler' state "
-                        f"for the stateful {type(sampler).__name__}; it is truncated."
-                    )
-                sampler.load_state_dict(state["sampler"])
-            progress.origin = state.get("sampler")
-            sampler.set_epoch(state["epoch"])
-            unit = state["batch_size"] if self._unit() == "samples" else 1
-            sampler.set_skip(progress.batches_yielded * unit)
-        else:
-            self._warn_replay()
-            ours = ("version", "kind", "fingerprint", *_POSITION_KEYS)
-            inner = state.get("torchdata")  # the layout of earlier versions: nested
-            if not isinstance(inner, dict):
-                inner = {key: value for key, value in state.items() if key not in ours}
-            if read_torchdata_state(inner) is None:
-                raise StateMismatchError(
-                    f"Cannot load this state into {self.KIND}: it resumes through torchdata "
-                    "(its sampler has no position) but holds no torchdata iterator state "
-                    "('_num_yielded' or '_snapshot'). It is truncated, or was saved by a loader "
-                    "with a position sampler: use the same sampler as the run that saved it."
-                )
-            super().load_state_dict(inner)
-        return progress
-
-    def _sampler_name(self) -> str:
-        sampler = self.position_sampler
-        return "this iterable dataset" if sampler is None else type(sampler).__name__
-
-    def _warn_replay(self) -> None:
-        if not self._warned_replay:
-            self._warned_replay = True
-            warnings.warn(
-                f"{self.KIND} resumes {self._sampler_name()} "
-                "through torchdata's per-rank state: it replays the sampler up to the saved "
-                "position (O(position)) and cannot change world size or num_workers. Use "
-                "lightning_resumable_data.DistributedSampler for an O(1), elastic resume.",
-                UserWarning,
-                stacklevel=3,
             )

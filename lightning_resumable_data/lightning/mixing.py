@@ -310,8 +310,7 @@ class OnlineMixer:
         """(epoch, global samples, batches) the model trained on in the loader's epoch."""
         loader = self.loader
         assert loader is not None  # sampler() checked it
-        progress, batches = loader._trained_view()
-        return progress.epoch, loader._consumed(progress, batches), batches
+        return loader.trained_position()
 
     def step_end(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
         """At a training batch's end on every rank: run a sync point if one is due."""
