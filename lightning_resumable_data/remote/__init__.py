@@ -9,12 +9,17 @@ checkpoint holds any of it.
   filesystem, URLs safe to print;
 * :mod:`~lightning_resumable_data.remote.retry`: exponential backoff with jitter on
   transient errors, none on 403/404;
+* :mod:`~lightning_resumable_data.remote.objects`: :class:`RemoteObject` and
+  :class:`RemoteRange`, what is known of a remote file;
+* :mod:`~lightning_resumable_data.remote.client`: the requests (stat, list, ranged reads);
 * :mod:`~lightning_resumable_data.remote.cache`: :class:`ShardCache`, atomic downloads,
   integrity checks, a byte bound, locks shared by the processes of a node;
 * :mod:`~lightning_resumable_data.remote.prefetch`: downloads in the order ahead;
-* :mod:`~lightning_resumable_data.remote.tokens`: token shards at a URL;
+* :mod:`~lightning_resumable_data.remote.tokens`: token shards at a URL (registered with
+  the shard layer, so ``open_token_shards(url)`` reads them);
 * :mod:`~lightning_resumable_data.remote.chunks`: big files (a Megatron ``.bin``, Parquet)
-  read by byte ranges, in chunks cached like shards.
+  read by byte ranges, in chunks cached like shards (:class:`RemoteTokens`:
+  ``token_array``).
 
 Other readers use :func:`local_path`, the generic hook: it returns a local path for a
 path or a URL (downloading the URL into the cache), or :class:`ChunkedRemoteFile` for a

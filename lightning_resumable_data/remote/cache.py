@@ -34,124 +34,24 @@ Example:
 
 from __future__ import annotations
 
-import asyncio
-import base64
 import contextlib
 import fcntl
 import hashlib
 import os
-import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from lightning_resumable_data.remote._directory import CacheDirectory, CacheLockTimeoutError
-from lightning_resumable_data.remote.retry import RetryPolicy, with_retries
-from lightning_resumable_data.remote.urls import filesystem, redact, url_name
+from lightning_resumable_data.remote.client import RemoteClient
+from lightning_resumable_data.remote.objects import RemoteObject, RemoteRange
+from lightning_resumable_data.remote.retry import RetryPolicy
+from lightning_resumable_data.remote.urls import redact
 
 __all__ = ["CacheLockTimeoutError", "RemoteObject", "RemoteRange", "ShardCache"]
 
 _CHUNK: Final = 64 << 20  # one ranged GET per 64 MiB
-_MD5: Final = re.compile(r"^[0-9a-f]{32}$")
-
-
-@dataclass(frozen=True, slots=True)
-class RemoteObject:
-    """One remote file as listed: URL, size, ETag and version (``None`` where unknown).
-
-    The version is the store's own: S3's ``VersionId`` (versioned buckets), GCS's
-    ``generation``, Azure's ``version_id``.
-    """
-
-    url: str
-    size: int
-    etag: str | None = None
-    version: str | None = None
-    md5: str | None = None  # hex MD5 of the bytes where the store gives it (checked)
-
-    @property
-    def identity(self) -> str | None:
-        """What identifies the bytes (``"etag=..."``, ``"version=..."``), or ``None``.
-
-        Example:
-            >>> RemoteObject("s3://b/a.bin", 8, "9a0364b9", "3").identity
-            'etag=9a0364b9 version=3'
-        """
-        named = (("etag", self.etag), ("version", self.version))
-        return " ".join(f"{name}={value}" for name, value in named if value) or None
-
-    @property
-    def key(self) -> str:
-        """The cache file name: the object's name, prefixed by a digest of URL, size, ETag."""
-        digest = hashlib.sha1(f"{redact(self.url)}|{self.size}|{self.etag}".encode())
-        return f"{digest.hexdigest()[:16]}-{url_name(self.url)}"
-
-
-@dataclass(frozen=True, slots=True)
-class RemoteRange:
-    """Bytes ``[start, stop)`` of a remote object, cached as an entry of their own.
-
-    Example:
-        >>> part = RemoteRange(RemoteObject("s3://b/a.bin", 100, "9a03"), 64, 100)
-        >>> part.size, part.key.endswith("-a.bin@64-100")
-        (36, True)
-    """
-
-    whole: RemoteObject
-    start: int
-    stop: int
-
-    @property
-    def url(self) -> str:
-        """The object's URL."""
-        return self.whole.url
-
-    @property
-    def size(self) -> int:
-        """Bytes in the range."""
-        return self.stop - self.start
-
-    @property
-    def key(self) -> str:
-        """The cache file name: the object's, then the range (a new object: new names)."""
-        return f"{self.whole.key}@{self.start}-{self.stop}"
-
-
-def _first(info: dict[str, Any], names: tuple[str, ...]) -> str | None:
-    for name in names:
-        value = info.get(name)
-        if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value):
-            return str(value).strip('"')
-    return None
-
-
-def _md5(info: dict[str, Any], etag: str | None) -> str | None:
-    """The MD5 of the bytes: S3's single-part ETag, GCS's ``md5Hash``, Azure's content MD5."""
-    if etag and _MD5.match(etag):
-        return etag
-    gcs = info.get("md5Hash")
-    if isinstance(gcs, str):
-        with contextlib.suppress(ValueError):
-            digest = base64.b64decode(gcs, validate=True)
-            if len(digest) == 16:
-                return digest.hex()
-    settings = info.get("content_settings")
-    azure = (
-        settings.get("content_md5")
-        if isinstance(settings, dict)
-        else getattr(settings, "content_md5", None)
-    )
-    if isinstance(azure, (bytes, bytearray)) and len(azure) == 16:
-        return bytes(azure).hex()
-    return None
-
-
-def _remote(url: str, info: dict[str, Any]) -> RemoteObject:
-    etag = _first(info, ("ETag", "etag", "md5"))
-    version = _first(info, ("VersionId", "version_id", "generation"))
-    return RemoteObject(url, int(info["size"]), etag, version, _md5(info, etag))
 
 
 class ShardCache:
@@ -197,68 +97,23 @@ class ShardCache:
         self.prefetch_bytes = prefetch_bytes
         self.prefetch_workers = prefetch_workers
         self.downloads = 0  # downloads this process completed (for tests and stats)
-        self._fs: dict[str, tuple[Any, int]] = {}
+        self._client = RemoteClient(self.storage_options, self.retry)
         self._priority: dict[str, int] = {}
         self._planner: Any = None
         self._lock = threading.Lock()
 
     # -- remote requests -----------------------------------------------------------------
 
-    def _filesystem(self, url: str) -> tuple[Any, str]:
-        scheme = url.split("://", 1)[0]
-        entry = self._fs.get(scheme)
-        if entry is None or entry[1] != os.getpid():  # a forked worker opens its own
-            fs, _ = filesystem(
-                url, self.storage_options, connect_timeout_s=self.retry.connect_timeout_s
-            )
-            self._fs[scheme] = entry = (fs, os.getpid())
-        return entry[0], type(entry[0])._strip_protocol(url)
-
-    def _request(self, fs: Any, method: str, path: str, **kwargs: Any) -> Any:
-        """``fs.<method>(path, **kwargs)``, cancelled after ``retry.timeout_s`` seconds."""
-        from fsspec.asyn import AsyncFileSystem, FSTimeoutError, sync
-
-        timeout = self.retry.timeout_s
-        if not isinstance(fs, AsyncFileSystem):  # local and in-memory files: no network
-            return getattr(fs, method)(path, **kwargs)
-        try:
-            return sync(fs.loop, getattr(fs, "_" + method), path, timeout=timeout, **kwargs)
-        except (FSTimeoutError, asyncio.TimeoutError) as error:
-            raise TimeoutError(
-                f"no complete answer within timeout_s={timeout:g} s (RetryPolicy)"
-            ) from error
-
     def stat(self, url: str) -> RemoteObject:
         """Size and ETag of ``url`` (one request, retried)."""
-        fs, path = self._filesystem(url)
-        with contextlib.suppress(Exception):  # listings cached earlier may be stale; some
-            fs.invalidate_cache(path)  # backends (adlfs) answer info() from the parent's
-            fs.invalidate_cache(path.rstrip("/").rsplit("/", 1)[0])
-        info = with_retries(lambda: self._request(fs, "info", path), url, self.retry, "stat")
-        if info.get("size") is None:
-            raise ValueError(f"{redact(url)!r} has no known size; the server must send one.")
-        return _remote(url, info)
+        return self._client.stat(url)
 
     def listing(self, url: str) -> dict[str, RemoteObject]:
         """The files directly under the directory ``url`` by name (one request, retried).
 
         Backends without listings (a plain HTTP server without an index page) give ``{}``.
         """
-        fs, path = self._filesystem(url)
-        with contextlib.suppress(Exception):
-            fs.invalidate_cache(path)  # listed afresh: objects may have changed since
-        try:
-            entries = with_retries(
-                lambda: self._request(fs, "ls", path, detail=True), url, self.retry, "list"
-            )
-        except (FileNotFoundError, NotImplementedError, PermissionError):
-            return {}
-        out = {}
-        for info in entries:
-            if info.get("type") == "file" and info.get("size") is not None:
-                child = url.rstrip("/") + "/" + str(info["name"]).rstrip("/").rsplit("/", 1)[-1]
-                out[url_name(child)] = _remote(child, info)
-        return out
+        return self._client.listing(url)
 
     def read_bytes(self, url: str, start: int | None = None, stop: int | None = None) -> bytes:
         """Bytes ``[start, stop)`` of ``url`` (the whole object by default), retried.
@@ -266,22 +121,7 @@ class ShardCache:
         A range request where the server supports one; a server that ignores ``Range``
         (``python -m http.server``) sends the whole object, which is sliced here.
         """
-        fs, path = self._filesystem(url)
-
-        def attempt() -> bytes:
-            data: bytes = self._request(fs, "cat_file", path, start=start, end=stop)
-            if start is not None and stop is not None:
-                if len(data) > stop - start:  # the whole object: the server ignored Range
-                    data = data[start:stop]
-                if len(data) < stop - start:  # a complete answer, short: not retried
-                    raise ValueError(
-                        f"{redact(url)!r} sent {len(data)} bytes of the range [{start}, {stop})"
-                        " asked for: the object is truncated or was replaced after it was "
-                        "listed. Restore it (or reopen the shards if the change is intended)."
-                    )
-            return data
-
-        return with_retries(attempt, url, self.retry)
+        return self._client.read_bytes(url, start, stop)
 
     def _download(self, remote: RemoteObject, temporary: Path) -> None:
         """Write ``remote`` into ``temporary`` range by range, then verify it.
@@ -418,7 +258,7 @@ class ShardCache:
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle the configuration only: a worker opens its own connections and threads."""
-        state = {**self.__dict__, "_fs": {}, "_planner": None, "_priority": {}}
+        state = {**self.__dict__, "_planner": None, "_priority": {}}
         del state["_lock"]
         return state
 

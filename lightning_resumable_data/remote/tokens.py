@@ -35,7 +35,9 @@ from numpy.typing import DTypeLike
 from lightning_resumable_data.remote.cache import RemoteObject, ShardCache
 from lightning_resumable_data.remote.prefetch import upcoming_shards
 from lightning_resumable_data.remote.urls import join_url, redact, url_name
-from lightning_resumable_data.shards.readers import TokenShardReader
+from lightning_resumable_data.shards._urls import register_url_token_shards
+from lightning_resumable_data.shards.token_index import INDEX_FILE, read_token_index
+from lightning_resumable_data.shards.token_reader import TokenShardReader
 
 __all__ = ["RemoteTokenShardReader", "default_cache", "open_remote_token_shards"]
 
@@ -159,8 +161,6 @@ def open_remote_token_shards(
         PermissionError: Access denied (not retried).
         RemoteReadError: The server stayed unreachable through every retry.
     """
-    from lightning_resumable_data.shards.tokens import INDEX_FILE, read_token_index
-
     cache = cache or default_cache()
     index_url = join_url(url, INDEX_FILE)
     try:
@@ -216,3 +216,29 @@ def open_remote_token_shards(
             )
         )  # fmt: skip
     return readers
+
+
+class _RemoteTokenShards:
+    """Token shards at a URL for the shard layer (``TokenShardReader(url)``, ...)."""
+
+    reader = RemoteTokenShardReader
+
+    def open(
+        self,
+        url: str,
+        *,
+        seq_len: int | None,
+        dtype: DTypeLike | None,
+        pattern: str,
+        preload: bool,
+        cache: Any,
+    ) -> list[TokenShardReader]:
+        """:func:`open_remote_token_shards`."""
+        return list(
+            open_remote_token_shards(
+                url, seq_len=seq_len, dtype=dtype, pattern=pattern, preload=preload, cache=cache
+            )
+        )
+
+
+register_url_token_shards(_RemoteTokenShards())

@@ -1,16 +1,20 @@
 """Layers 3 and 4 for sharded data: shard readers, the sharded dataset, sampler and loader.
 
-* :mod:`~lightning_resumable_data.shards.readers`: the :class:`ShardReader` protocol,
-  :class:`TokenShardReader` (NumPy token files through ``numpy.memmap``) and
-  :class:`DatasetShardReader` (any map-style dataset per shard);
-* :mod:`~lightning_resumable_data.shards.tokens`: :func:`write_token_shards` and
-  :func:`open_token_shards` (shards plus ``index.json``);
+* :mod:`~lightning_resumable_data.shards.readers`: the :class:`ShardReader` protocol
+  (``protocol``), :class:`TokenShardReader` (NumPy token files through ``numpy.memmap``,
+  ``token_reader``) and :class:`DatasetShardReader` (any map-style dataset per shard,
+  ``dataset_reader``);
+* :mod:`~lightning_resumable_data.shards.tokens`: :func:`write_token_shards`
+  (``token_writer``) and :func:`open_token_shards` (shards plus ``index.json``,
+  ``token_index``); a URL is opened by the storage layer above (``_urls``);
 * :mod:`~lightning_resumable_data.shards.sampler`: :class:`ShardedSampler`, the epoch order
   of shuffled shards with shuffled samples, strided over ranks;
 * :mod:`~lightning_resumable_data.shards.dataset`: :class:`DistributedShardedDataset`, at
-  most ``max_resident`` shards loaded, the next ones prefetched in the background;
+  most ``max_resident`` shards loaded, the next ones prefetched in the background
+  (``residency``);
 * :mod:`~lightning_resumable_data.shards.loader`: :class:`ShardedDataLoader`, fkat-style
-  shard and micro-batch prefetch with an exact, elastic, sample-level resume.
+  shard and micro-batch prefetch with an exact, elastic, sample-level resume (its parts:
+  ``loader_factory``, ``assembly``).
 
 Example:
     >>> import tempfile

@@ -1,81 +1,35 @@
-"""A map-style dataset over shards: few shards resident, the next ones loaded in the background."""
+"""A map-style dataset over shards: few shards resident, the next ones loaded in the background.
+
+The dataset maps global sample indices to shards and reads them; which shards are resident
+in each process, and which load ahead, is :mod:`~lightning_resumable_data.shards.residency`.
+"""
 
 from __future__ import annotations
 
 import bisect
 import os
-import threading
 import warnings
-from collections import OrderedDict
-from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
 
 import numpy as np
 import torch.utils.data
-from numpy.typing import NDArray
 
-from lightning_resumable_data.index.sharding import check_shard_sizes, shard_order, shard_starts
+from lightning_resumable_data.index.sharding import check_shard_sizes, shard_starts
 from lightning_resumable_data.pins import shard_pins
 from lightning_resumable_data.randomness import KeyedBatch, SampleKey
 from lightning_resumable_data.samplers.distributed import check_non_negative_int
-from lightning_resumable_data.shards.readers import ShardReader
+from lightning_resumable_data.shards.protocol import (
+    ShardReader,
+    check_readers,
+    check_readers_unchanged,
+)
+from lightning_resumable_data.shards.residency import ShardResidency, ShardStats
 from lightning_resumable_data.shards.sampler import ShardedSampler
-from lightning_resumable_data.state import StateMismatchError
 
 __all__ = ["DistributedShardedDataset", "ShardStats"]
 
 T = TypeVar("T")
-
-
-@dataclass
-class ShardStats:
-    """What the dataset did in this process (each DataLoader worker counts its own).
-
-    Attributes:
-        loads: Shard loads started (on demand or by prefetch).
-        prefetches: Of those, loads started ahead of the first read of the shard.
-        evictions: Shards closed to stay within ``max_resident``.
-        waits: Reads that had to wait for their shard's load to finish.
-        peak_resident: Most shards resident (loaded or loading) at once.
-    """
-
-    loads: int = 0
-    prefetches: int = 0
-    evictions: int = 0
-    waits: int = 0
-    peak_resident: int = 0
-
-
-class _Residency:
-    """Per-process state: which shards are resident (LRU) and the loading thread."""
-
-    def __init__(self, background: bool) -> None:
-        self.pid = os.getpid()
-        self.lock = threading.Lock()
-        self.cache: OrderedDict[int, Future[None]] = OrderedDict()
-        self.executor = (
-            ThreadPoolExecutor(max_workers=1, thread_name_prefix="shard-prefetch")
-            if background
-            else None
-        )
-        self.last: tuple[int, int] | None = None  # (epoch, shard) of the last read
-        self.orders: dict[int, NDArray[np.int64]] = {}
-        self.stats = ShardStats()
-        self.warned_seed = False
-
-    def submit(self, task: Callable[[], None]) -> Future[None]:
-        """Run ``task`` on the loading thread (in order), or now without one."""
-        if self.executor is not None:
-            return self.executor.submit(task)
-        future: Future[None] = Future()
-        try:
-            task()
-            future.set_result(None)
-        except Exception as error:
-            future.set_exception(error)
-        return future
 
 
 class DistributedShardedDataset(torch.utils.data.Dataset[T], Generic[T]):
@@ -130,19 +84,7 @@ class DistributedShardedDataset(torch.utils.data.Dataset[T], Generic[T]):
         shuffle_shards: bool = True,
         shuffle_samples: bool = True,
     ) -> None:
-        readers = list(readers)
-        if not readers:
-            raise ValueError(
-                "DistributedShardedDataset got an empty shard list; pass at least one reader "
-                "(open_token_shards(directory) returns one per shard)."
-            )
-        for number, reader in enumerate(readers):
-            if not isinstance(reader, ShardReader):
-                raise TypeError(
-                    f"readers[{number}] is a {type(reader).__name__}, not a ShardReader; wrap "
-                    "a map-style dataset in DatasetShardReader."
-                )
-        self.readers = readers
+        self.readers = readers = check_readers(readers, "DistributedShardedDataset")
         self.prefetch = check_non_negative_int("prefetch", prefetch)
         self.max_resident = check_non_negative_int("max_resident", max_resident)
         if self.max_resident < self.prefetch + 1:
@@ -166,7 +108,7 @@ class DistributedShardedDataset(torch.utils.data.Dataset[T], Generic[T]):
         self._starts_array = shard_starts(sizes).astype(np.int64)
         self._starts: list[int] = self._starts_array.tolist()
         self.epoch = 0
-        self._residency: _Residency | None = None
+        self._residency: ShardResidency | None = None
 
     def __len__(self) -> int:
         return self._starts[-1]
@@ -197,20 +139,7 @@ class DistributedShardedDataset(torch.utils.data.Dataset[T], Generic[T]):
         Called when a state is loaded: a shard deleted or rewritten between save and resume
         is reported before any batch is read.
         """
-        for number, reader in enumerate(self.readers):
-            try:
-                reader.check()
-            except (OSError, ValueError) as error:
-                raise StateMismatchError(
-                    f"Cannot resume over shard {number} ({reader.name!r}): {error} A shard that "
-                    "vanished or changed between save and resume would make the resumed run "
-                    "read other samples. Restore the shard, or start a fresh run."
-                ) from error
-            if len(reader) != self.shard_sizes[number]:
-                raise StateMismatchError(
-                    f"Cannot resume over shard {number} ({reader.name!r}): it now has "
-                    f"{len(reader)} samples, it had {self.shard_sizes[number]}."
-                )
+        check_readers_unchanged(self.readers, self.shard_sizes)
 
     # -- reading -------------------------------------------------------------------------
 
@@ -289,7 +218,8 @@ class DistributedShardedDataset(torch.utils.data.Dataset[T], Generic[T]):
 
     def _wait(self, shard: int, epoch: int) -> None:
         """Make ``shard`` resident (and plan the prefetch after it); wait for its load."""
-        future = self._acquire(shard, epoch)
+        """Make ``shard`` resident (and plan the prefetch after it); wait for its load."""
+        future = self._state().acquire(shard, epoch)
         if not future.done():
             self._state().stats.waits += 1
         try:
@@ -325,7 +255,7 @@ class DistributedShardedDataset(torch.utils.data.Dataset[T], Generic[T]):
         """Shards loaded or loading in this process, least recently read first."""
         return tuple(self._state().cache)
 
-    def _state(self) -> _Residency:
+    def _state(self) -> ShardResidency:
         residency = self._residency
         if residency is None or residency.pid != os.getpid():
             # First use, or a forked worker: the parent's loaded shards are copies here that
@@ -333,80 +263,21 @@ class DistributedShardedDataset(torch.utils.data.Dataset[T], Generic[T]):
             if residency is not None:
                 for reader in self.readers:
                     reader.close()
-            residency = self._residency = _Residency(background=self.prefetch > 0)
+            residency = self._residency = ShardResidency(
+                self.readers,
+                self.shard_sizes,
+                max_resident=self.max_resident,
+                prefetch=self.prefetch,
+                seed=self.seed,
+                shuffle_shards=self.shuffle_shards,
+            )
         return residency
-
-    def _acquire(self, shard: int, epoch: int) -> Future[None]:
-        residency = self._state()
-        with residency.lock:
-            # The shard being read, then the ones after it, become the most recently used
-            # entries; at most prefetch + 1 <= max_resident of them, so eviction (from the
-            # least recently used end) never touches them.
-            future = residency.cache.get(shard)
-            if future is None:
-                future = self._start_load(residency, shard, ahead=False)
-            else:
-                residency.cache.move_to_end(shard)
-            if residency.last != (epoch, shard):
-                residency.last = (epoch, shard)
-                follow = getattr(self.readers[shard], "follow_order", None)
-                if follow is not None:  # a remote reader downloads ahead in this order
-                    follow(epoch, shard, self.seed, self.shuffle_shards, self.readers)
-                for upcoming in self._upcoming(residency, epoch, shard):
-                    if upcoming in residency.cache:
-                        residency.cache.move_to_end(upcoming)
-                    else:
-                        self._start_load(residency, upcoming, ahead=True)
-        return future
-
-    def _start_load(self, residency: _Residency, shard: int, ahead: bool) -> Future[None]:
-        # Evict first: its close is queued before this load, so the loading thread never
-        # holds more than max_resident shards, even for a moment.
-        while len(residency.cache) >= self.max_resident:
-            evicted, pending = residency.cache.popitem(last=False)
-            residency.stats.evictions += 1
-            if not pending.cancel():  # loading or loaded: close it after its load
-                residency.submit(self.readers[evicted].close)
-        residency.stats.loads += 1
-        residency.stats.prefetches += ahead
-        future = residency.submit(self.readers[shard].load)
-        residency.cache[shard] = future
-        residency.stats.peak_resident = max(residency.stats.peak_resident, len(residency.cache))
-        return future
-
-    def _upcoming(self, residency: _Residency, epoch: int, shard: int) -> list[int]:
-        """The ``prefetch`` non-empty shards after ``shard`` in the epoch order (and beyond)."""
-        if self.prefetch == 0:
-            return []
-        order = self._order(residency, epoch)
-        slot = int(np.flatnonzero(order == shard)[0])
-        upcoming: list[int] = []
-        while len(upcoming) < self.prefetch:
-            slot += 1
-            if slot == len(order):  # continue into the next epoch's order
-                epoch, slot = epoch + 1, 0
-                order = self._order(residency, epoch)
-            candidate = int(order[slot])
-            if candidate == shard or candidate in upcoming:
-                break  # fewer shards than prefetch + 1: all are planned
-            if self.shard_sizes[candidate]:
-                upcoming.append(candidate)
-        return upcoming
-
-    def _order(self, residency: _Residency, epoch: int) -> NDArray[np.int64]:
-        order = residency.orders.get(epoch)
-        if order is None:
-            if len(residency.orders) > 2:
-                residency.orders.pop(min(residency.orders))
-            order = shard_order(len(self.readers), self.seed, epoch, self.shuffle_shards)
-            residency.orders[epoch] = order
-        return order
 
     def close(self) -> None:
         """Stop the loading thread and release every shard (in this process)."""
         residency, self._residency = self._residency, None
-        if residency is not None and residency.executor is not None:
-            residency.executor.shutdown(wait=True, cancel_futures=True)
+        if residency is not None:
+            residency.shutdown()
         for reader in self.readers:
             reader.close()
 

@@ -5,19 +5,22 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
 import torch
 import torch.utils.data
 
-from lightning_resumable_data._batching import PositionBatchSampler
 from lightning_resumable_data.index.partition import samples_per_rank
 from lightning_resumable_data.pins import check_pins
 from lightning_resumable_data.samplers.distributed import check_non_negative_int
 from lightning_resumable_data.shards._prefetch import Prefetcher, to_device
+from lightning_resumable_data.shards.assembly import check_loader, sharded_dataset, sharded_sampler
 from lightning_resumable_data.shards.dataset import DistributedShardedDataset
-from lightning_resumable_data.shards.readers import ShardReader
+from lightning_resumable_data.shards.loader_factory import (
+    DataLoaderFactory,
+    DefaultDataLoaderFactory,
+)
+from lightning_resumable_data.shards.protocol import ShardReader
 from lightning_resumable_data.shards.sampler import ShardedSampler, check_shards_unchanged
 from lightning_resumable_data.state import (
     ResumeWarning,
@@ -27,61 +30,6 @@ from lightning_resumable_data.state import (
 )
 
 __all__ = ["DataLoaderFactory", "DefaultDataLoaderFactory", "ShardedDataLoader"]
-
-DataLoaderFactory = Callable[[torch.utils.data.Dataset[Any], ShardedSampler], Iterable[Any]]
-
-
-@dataclass(frozen=True)
-class DefaultDataLoaderFactory:
-    """Builds the ``torch.utils.data.DataLoader`` that reads the rank's stream into batches.
-
-    ``multiprocessing=True`` reads in one persistent worker process (shard loads, reads and
-    collation leave the training process); ``False`` reads in the calling thread.
-
-    Example:
-        >>> factory = DefaultDataLoaderFactory(batch_size=2, multiprocessing=False)
-        >>> loader = factory(list(range(4)), None)
-        >>> [batch.tolist() for batch in loader]
-        [[0, 1], [2, 3]]
-    """
-
-    batch_size: int
-    drop_last: bool = False
-    collate_fn: Callable[[list[Any]], Any] | None = None
-    multiprocessing: bool = True
-    pin_memory: bool = False
-
-    def __call__(
-        self, dataset: torch.utils.data.Dataset[Any], sampler: ShardedSampler | None
-    ) -> torch.utils.data.DataLoader[Any]:
-        """A DataLoader over ``dataset`` in ``sampler``'s order.
-
-        The sampler hands out whole batches (one ``KeyedBatch`` each, no Python object per
-        index); without a sampler, the dataset is read in order.
-        """
-        batching: dict[str, Any] = {"batch_size": self.batch_size, "drop_last": self.drop_last}
-        if sampler is not None:
-            batching = {
-                "batch_sampler": PositionBatchSampler(sampler, self.batch_size, self.drop_last)
-            }
-        return torch.utils.data.DataLoader(
-            dataset,
-            **batching,
-            collate_fn=self.collate_fn,
-            num_workers=1 if self.multiprocessing else 0,
-            persistent_workers=self.multiprocessing,
-            pin_memory=self.pin_memory,
-        )
-
-
-def _agree(name: str, given: Any, actual: Any, owner: str) -> Any:
-    """``actual``, after checking that an explicitly ``given`` value agrees with it."""
-    if given is not None and given != actual:
-        raise ValueError(
-            f"{name}={given!r} disagrees with the {owner}, which has {name}={actual!r}. Leave "
-            f"{name} out (it is taken from the {owner}) or pass a matching {owner}."
-        )
-    return actual
 
 
 class ShardedDataLoader(Iterable[Any]):
@@ -175,8 +123,10 @@ class ShardedDataLoader(Iterable[Any]):
         self.num_microbatch_prefetches = check_non_negative_int(
             "num_microbatch_prefetches", num_microbatch_prefetches
         )
-        self.dataset = self._dataset(shards, seed, num_shard_prefetches, max_resident)
-        self.sampler = self._sampler(shard_sampler, dp_rank, num_replicas, drop_last)
+        self.dataset = sharded_dataset(shards, seed, num_shard_prefetches, max_resident)
+        self.sampler = sharded_sampler(
+            self.dataset, shard_sampler, dp_rank, num_replicas, drop_last
+        )
         self.device = None if device is None else torch.device(device)
         self.multiprocessing = bool(multiprocessing)
         factory = dataloader_factory or DefaultDataLoaderFactory(
@@ -192,75 +142,13 @@ class ShardedDataLoader(Iterable[Any]):
         batches = getattr(self.loader, "batch_sampler", None)
         drop = getattr(self.loader, "drop_last", self.sampler.drop_last)
         self._drop_short_batch = bool(getattr(batches, "drop_last", drop))
-        self._check_loader()
+        check_loader(self.loader, self.sampler, self.batch_size)
         self._epoch = 0
         self._start = 0  # global samples of the epoch consumed before the live iterator
         self._yielded = 0  # batches of the live iterator that left the loader
         self._limit = 0  # global samples consumed once the live iterator is exhausted
         self._iterating = False
         self._live: Prefetcher | None = None
-
-    def _dataset(
-        self,
-        shards: Sequence[ShardReader[Any]] | DistributedShardedDataset[Any],
-        seed: int | None,
-        prefetches: int | None,
-        max_resident: int | None,
-    ) -> DistributedShardedDataset[Any]:
-        if isinstance(shards, DistributedShardedDataset):
-            _agree("seed", seed, shards.seed, "dataset")
-            _agree("num_shard_prefetches", prefetches, shards.prefetch, "dataset")
-            _agree("max_resident", max_resident, shards.max_resident, "dataset")
-            return shards
-        prefetches = 1 if prefetches is None else prefetches
-        return DistributedShardedDataset(
-            shards,
-            max_resident=prefetches + 1 if max_resident is None else max_resident,
-            prefetch=prefetches,
-            seed=0 if seed is None else seed,
-        )
-
-    def _sampler(
-        self,
-        sampler: ShardedSampler | None,
-        rank: int | None,
-        world: int | None,
-        drop_last: bool | None,
-    ) -> ShardedSampler:
-        if sampler is None:
-            return self.dataset.sampler(world, rank, drop_last=bool(drop_last))
-        if not isinstance(sampler, ShardedSampler):
-            raise TypeError(
-                f"shard_sampler must be a ShardedSampler, got {type(sampler).__name__}; build "
-                "it with dataset.sampler(num_replicas, rank)."
-            )
-        expected = self.dataset.sampler(sampler.num_replicas, sampler.rank, sampler.drop_last)
-        if sampler.fingerprint != expected.fingerprint:
-            raise ValueError(
-                f"shard_sampler does not match the shards: its fingerprint is "
-                f"{sampler.fingerprint}, the dataset's would be {expected.fingerprint}. Build it "
-                "with dataset.sampler(num_replicas, rank)."
-            )
-        _agree("dp_rank", rank, sampler.rank, "shard_sampler")
-        _agree("num_replicas", world, sampler.num_replicas, "shard_sampler")
-        _agree("drop_last", drop_last, sampler.drop_last, "shard_sampler")
-        return sampler
-
-    def _check_loader(self) -> None:
-        """A torch DataLoader from the factory must batch in the sampler's order."""
-        loader = self.loader
-        if not isinstance(loader, torch.utils.data.DataLoader):
-            return
-        batch_sampler = loader.batch_sampler
-        sampler = getattr(batch_sampler, "sampler", loader.sampler)
-        size = getattr(batch_sampler, "batch_size", loader.batch_size)
-        if sampler is not self.sampler or size != self.batch_size:
-            raise ValueError(
-                f"dataloader_factory built a DataLoader with batch_size={size} over "
-                f"{type(sampler).__name__}; it must use the sampler it is given and "
-                f"batch_size={self.batch_size}, because the position is counted in those "
-                "batches."
-            )
 
     # -- iteration -------------------------------------------------------------------------
 
