@@ -31,7 +31,7 @@ from lightning_resumable_data import (
     ResumeWarning,
     StateMismatchError,
 )
-from lightning_resumable_data.lightning import callback as callback_module
+from lightning_resumable_data.lightning import _alignment as alignment_module
 from lightning_resumable_data.lightning.progress import TrainedBatches
 
 
@@ -182,9 +182,9 @@ def _stopped_in_epoch_1(root: Path, model: IdsModel) -> TensorDataset:
 
 def _leave_lightning_one_epoch_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
     """The old behaviour: neither the checkpoint's counters nor Lightning's are aligned."""
-    monkeypatch.setattr(callback_module, "match_epoch_counters", lambda *args: False)
+    monkeypatch.setattr(alignment_module, "match_epoch_counters", lambda *args: False)
     monkeypatch.setattr(
-        callback_module, "align_progress", lambda trainer, epoch, consumed, step: consumed // step
+        alignment_module, "align_progress", lambda trainer, epoch, consumed, step: consumed // step
     )
 
 

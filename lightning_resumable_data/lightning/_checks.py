@@ -15,7 +15,15 @@ from typing import Any
 
 from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
 
-__all__ = ["check_dataset", "check_keywords", "check_weights_for", "describe_sources"]
+from lightning_resumable_data.samplers.distributed import check_non_negative_int
+
+__all__ = [
+    "check_batch_sizes",
+    "check_dataset",
+    "check_keywords",
+    "check_weights_for",
+    "describe_sources",
+]
 
 
 def check_dataset(argument: str, value: object) -> None:
@@ -76,6 +84,23 @@ def check_dataset(argument: str, value: object) -> None:
             f"itself: it builds the {kind} (and the rest) from the trainer's strategy. {fix} "
             f"instead, e.g. ResumableDataModule({kind}.dataset, batch_size=...)."
         )
+
+
+def check_batch_sizes(batch_size: int, eval_batch_size: int | None) -> int:
+    """Check the batch sizes; return the evaluation one (``batch_size`` when ``None``).
+
+    Example:
+        >>> check_batch_sizes(8, None), check_batch_sizes(8, 32)
+        (8, 32)
+    """
+    if check_non_negative_int("batch_size", batch_size) == 0:
+        raise ValueError("batch_size=0 must be >= 1.")
+    if (
+        eval_batch_size is not None
+        and check_non_negative_int("eval_batch_size", eval_batch_size) == 0
+    ):
+        raise ValueError("eval_batch_size=0 must be >= 1 (or None for batch_size).")
+    return batch_size if eval_batch_size is None else eval_batch_size
 
 
 def check_weights_for(train_dataset: object, weights: object) -> dict[str, float] | None:

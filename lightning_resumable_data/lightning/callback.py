@@ -1,42 +1,48 @@
-"""The Callback: mixture phases, the trained position, logging, and a config check on resume."""
+"""The Callback: Lightning's hooks, each handing its work to the module that does it.
+
+It never imports the DataModule (which installs it): it knows one as a
+:class:`~._contract.PhasedDataModule`.
+"""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.trainer.states import TrainerFn
-from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_warn
 from typing_extensions import override
 
-from lightning_resumable_data.lightning.checkpoint_counters import (
-    data_position,
-    match_epoch_counters,
+from lightning_resumable_data.lightning._alignment import (
+    check_batch,
+    match_checkpoint,
+    set_epoch_limit,
+    start_position,
 )
-from lightning_resumable_data.lightning.datamodule import ResumableDataModule, _phase_dict
+from lightning_resumable_data.lightning._callback_state import (
+    callback_state,
+    check_saved_state,
+    checked_phases,
+    require_data_position,
+)
+from lightning_resumable_data.lightning._contract import PhasedDataModule, checkpoint_key
+from lightning_resumable_data.lightning._data_metrics import log_data_metrics
+from lightning_resumable_data.lightning._training_seed import (
+    check_seed_options,
+    fit_seed,
+    restored_seed,
+    seed_step,
+)
 from lightning_resumable_data.lightning.guard import PositionGuard, Verify
 from lightning_resumable_data.lightning.mixing import OnlineMixer, Policy
-from lightning_resumable_data.lightning.progress import (
-    TrainedBatches,
-    align_progress,
-    resume_mismatch,
-    trained_position,
-)
-from lightning_resumable_data.loader import RestoredPosition, StatefulDataLoader
-from lightning_resumable_data.samplers.mixture import MixturePhase, MixtureSampler, check_phases
-from lightning_resumable_data.seeding import (
-    data_parallel_rank,
-    run_seed,
-    seed_training_step,
-    seed_validation_batch,
-)
-from lightning_resumable_data.state import ResumeWarning, StateMismatchError
+from lightning_resumable_data.lightning.progress import TrainedBatches
+from lightning_resumable_data.loader import StatefulDataLoader
+from lightning_resumable_data.samplers.schedule import MixturePhase
+from lightning_resumable_data.seeding import seed_validation_batch
+from lightning_resumable_data.state import ResumeWarning
 
 __all__ = ["ResumableDataCallback"]
-
-_STATE_VERSION = 1
 
 
 class ResumableDataCallback(pl.Callback):
@@ -113,34 +119,14 @@ class ResumableDataCallback(pl.Callback):
         policy_every_n_steps: int | None = None,
         verify: Verify = "raise",
     ) -> None:
-        self.phases = tuple(phases)
-        for phase in self.phases:
-            if not isinstance(phase, MixturePhase):
-                raise TypeError(
-                    f"phases must be MixturePhase values, got {phase!r}; write "
-                    "MixturePhase(start_step=..., weights={...})."
-                )
-        check_phases(self.phases)
+        self.phases = checked_phases(phases)
         self.log_every_n_steps = log_every_n_steps
-        if not isinstance(seed_training, bool):
-            raise TypeError(
-                f"seed_training={seed_training!r} must be True or False; pass "
-                "training_seed=... to choose the seed."
-            )
-        if training_seed is not None and (
-            isinstance(training_seed, bool)
-            or not isinstance(training_seed, int)
-            or not 0 <= training_seed < 2**64
-        ):
-            raise ValueError(
-                f"training_seed={training_seed!r} must be an int in [0, 2**64), or None for "
-                "the DataModule's seed."
-            )
+        check_seed_options(seed_training, training_seed)
         self.seed_training = seed_training
         self.training_seed = training_seed
         self._seed: int | None = None  # the run's training seed, resolved in setup/restore
         self._rank = 0
-        self._datamodule: ResumableDataModule | None = None
+        self._datamodule: PhasedDataModule | None = None
         self._epoch_started = True
         self._trainer: pl.Trainer | None = None  # while fitting: what state_dict reads
         self.mixer = OnlineMixer(policy, policy_every_n_steps)
@@ -168,7 +154,7 @@ class ResumableDataCallback(pl.Callback):
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         datamodule = getattr(trainer, "datamodule", None)
-        if isinstance(datamodule, ResumableDataModule):
+        if isinstance(datamodule, PhasedDataModule):
             datamodule.phases = self.phases
             self._datamodule = datamodule
         elif self.phases:
@@ -182,14 +168,7 @@ class ResumableDataCallback(pl.Callback):
             # same trainer keeps it, as one uninterrupted fit would)
             self.mixer.load_state_dict(None)
         if self.seed_training and stage == "fit":
-            strategy = getattr(trainer, "strategy", None)  # None: a stand-in trainer
-            self._rank = data_parallel_rank(trainer) if strategy is not None else 0
-            seed = self.training_seed
-            if seed is None:
-                base = datamodule.seed if isinstance(datamodule, ResumableDataModule) else 0
-                seed = run_seed(base)
-            # one seed for all ranks (a restored checkpoint's replaces it: load_state_dict)
-            self._seed = seed if strategy is None else int(strategy.broadcast(seed, src=0))
+            self._rank, self._seed = fit_seed(trainer, self.training_seed, datamodule)
 
     @staticmethod
     def train_loader(trainer: pl.Trainer) -> StatefulDataLoader | None:
@@ -216,57 +195,18 @@ class ResumableDataCallback(pl.Callback):
             )
             return
         self.mixer.loader = loader
-        self._set_limit(trainer, loader)  # before the position: it may end the epoch
+        set_epoch_limit(trainer, loader)  # before the position: it may end the epoch
         restored, loader.restored = loader.restored, None
         loader.track_trained(TrainedBatches(trainer))
         if loader.resume_mode == "position":
-            self._start_position(trainer, loader, restored)
-
-    def _start_position(
-        self, trainer: pl.Trainer, loader: StatefulDataLoader, restored: RestoredPosition | None
-    ) -> None:
-        """Check the position this fit starts from, and align Lightning's counters with it."""
-        step_samples = loader.samples_per_step
-        if restored is not None:
-            epoch, consumed = restored.epoch, restored.consumed
-            _check_within_limit(trainer, loader, consumed, restored.step_samples)
-            if consumed and loader.ends_epoch(consumed):  # cut by this layout's limit
-                epoch, consumed = epoch + 1, 0
-        else:  # a fresh fit, or one continuing the live position (the state counts what
-            state = loader.state_dict()  # Lightning trained, whatever it fetched ahead)
-            epoch, consumed = int(state["epoch"]), int(state["consumed"])
-        # what was restored is checked in the layout that saved it
-        saved = restored or RestoredPosition(epoch, consumed, step_samples)
-        problem = resume_mismatch(
-            trained_position(trainer),
-            (saved.epoch, saved.consumed),
-            step_samples=saved.step_samples,
-            step=trainer.global_step,
-        )
-        if problem is not None:
-            self.guard.report(problem)
-        batch = align_progress(trainer, epoch, consumed, step_samples)
-        self.guard.anchor(epoch, batch, consumed)
+            start_position(trainer, loader, restored, self.guard)
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._epoch_started = True
         loader = self.train_loader(trainer)
         if loader is not None:
-            self._set_limit(trainer, loader)  # a reloaded loader may have another length
-
-    @staticmethod
-    def _set_limit(trainer: pl.Trainer, loader: StatefulDataLoader) -> None:
-        """Tell the loader where Lightning ends an epoch (``limit_train_batches``), in samples."""
-        batches = trainer.num_training_batches
-        try:
-            whole = len(loader)
-        except TypeError:
-            return
-        if math.isfinite(batches) and int(batches) < whole:
-            loader.set_epoch_limit(int(batches) * loader.samples_per_step)
-        else:
-            loader.set_epoch_limit(None)
+            set_epoch_limit(trainer, loader)  # a reloaded loader may have another length
 
     @override
     def on_train_batch_start(
@@ -274,30 +214,14 @@ class ResumableDataCallback(pl.Callback):
     ) -> None:
         loader = self.train_loader(trainer)
         if loader is not None and self.guard.mode != "off":
-            handed = loader.take_handed()
-            epoch, step_samples = trainer.current_epoch, loader.samples_per_step
-            if handed is not None and not self.guard.matches(
-                handed, epoch, batch_idx, step_samples
-            ):  # O(1); the step is read only for the message
-                self.guard.check(
-                    handed,
-                    epoch=epoch,
-                    batch=batch_idx,
-                    step=trainer.global_step,
-                    step_samples=step_samples,
-                )
+            check_batch(self.guard, trainer, loader, batch_idx)
         if not self._epoch_started:  # resumed mid-epoch: Lightning skipped the epoch start
             self._epoch_started = True
             bar = trainer.progress_bar_callback
             if bar is not None and getattr(bar, "is_enabled", True):
                 bar.on_train_epoch_start(trainer, pl_module)  # restores its total and title
         if self._seed is not None:  # last: nothing this hook does draws after it
-            seed_training_step(
-                self._rank,
-                self._seed,
-                trainer.global_step,
-                _micro_batch(trainer, pl_module, batch_idx),
-            )
+            seed_step(self._rank, self._seed, trainer, pl_module, batch_idx)
 
     @override
     def on_validation_batch_start(
@@ -331,24 +255,7 @@ class ResumableDataCallback(pl.Callback):
             # Lightning ends the epoch here, maybe before the data runs out
             # (limit_train_batches): say so before a checkpoint of this batch is written.
             loader.end_epoch()
-        period = self.log_every_n_steps
-        if period is None:  # the trainer's setting (set by its logger connector)
-            period = int(getattr(trainer, "log_every_n_steps", 50))
-        if period and (batch_idx + 1) % period == 0:
-            self._log(loader, pl_module)
-
-    @staticmethod
-    def _log(loader: StatefulDataLoader, pl_module: pl.LightningModule) -> None:
-        sampler = loader.position_sampler
-        if not isinstance(sampler, MixtureSampler):
-            return
-        consumed = loader.state_dict()["consumed"]
-        metrics = {
-            f"data/weight/{k}": v for k, v in sampler.weights_at(loader.epoch, consumed).items()
-        }
-        drawn = sampler.source_counts(consumed, loader.epoch)
-        metrics |= {f"data/drawn/{k}": float(v) for k, v in drawn.items()}
-        pl_module.log_dict(metrics, rank_zero_only=True)
+        log_data_metrics(loader, trainer, pl_module, batch_idx, self.log_every_n_steps)
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -368,22 +275,9 @@ class ResumableDataCallback(pl.Callback):
         them, to where the data is (:func:`~.checkpoint_counters.match_epoch_counters`).
         """
         datamodule = getattr(trainer, "datamodule", None)
-        key = type(datamodule).__qualname__ if isinstance(datamodule, ResumableDataModule) else None
-        position = data_position(checkpoint, key)
-        fitting = getattr(getattr(trainer, "state", None), "fn", None) == TrainerFn.FITTING
-        if position is not None and fitting:
-            match_epoch_counters(checkpoint, *position)
-        if not isinstance(datamodule, ResumableDataModule) or datamodule.allow_config_change:
-            return
-        state = checkpoint.get(type(datamodule).__qualname__)
-        if not isinstance(state, dict) or "train_loader" not in state:
-            raise StateMismatchError(
-                "Cannot resume: the checkpoint holds no data position (no "
-                f"{type(datamodule).__qualname__} state with a train_loader). Resuming would "
-                "start the epoch again and replay what was trained. Resume from a checkpoint "
-                "written with ResumableDataModule, or pass "
-                "ResumableDataModule(allow_config_change=True) to start the data afresh."
-            )
+        known = isinstance(datamodule, PhasedDataModule)
+        match_checkpoint(trainer, checkpoint, checkpoint_key(datamodule) if known else None)
+        require_data_position(checkpoint, datamodule)
 
     @override
     def state_dict(self) -> dict[str, Any]:
@@ -391,85 +285,12 @@ class ResumableDataCallback(pl.Callback):
         if trainer is not None and not getattr(trainer, "sanity_checking", False):
             # what was logged since the last batch end (an epoch's end, a validation)
             self.mixer.remember(trainer)
-        return {
-            "version": _STATE_VERSION,
-            "phases": [_phase_dict(p) for p in self.phases],
-            "training_seed": self._seed,
-            "source_metrics": self.mixer.state_dict(),
-        }
+        return callback_state(self.phases, self._seed, self.mixer.state_dict())
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        if not isinstance(state_dict, dict):
-            raise TypeError(
-                f"ResumableDataCallback.load_state_dict expected the dict its state_dict() "
-                f"wrote, got {type(state_dict).__name__}."
-            )
-        saved = state_dict.get("phases")
-        now = [_phase_dict(p) for p in self.phases]
         allowed = self._datamodule is not None and self._datamodule.allow_config_change
-        if saved == now or allowed:
-            # both added later: may be absent (no memory: the policy sees what is logged anew)
-            self.mixer.load_state_dict(state_dict.get("source_metrics"))
-            self._restore_seed(state_dict.get("training_seed"))
-            return
-        if not now:
-            raise StateMismatchError(
-                f"Cannot resume: the checkpoint's data follows mixture phases {saved}, and this "
-                "ResumableDataCallback has none. Pass "
-                "ResumableDataCallback(phases=[MixturePhase(...), ...]) with the same phases."
-            )
-        raise StateMismatchError(
-            f"Cannot resume: the mixture phases changed (saved {saved}, now {now}). The "
-            "resumed run would not mix what the interrupted run mixed. Restore the saved "
-            "phases, or pass ResumableDataModule(allow_config_change=True) to accept the "
-            "change."
-        )
-
-    def _restore_seed(self, saved: object) -> None:
-        """Continue with the checkpoint's training seed unless one was passed explicitly."""
-        explicit = self.training_seed is not None
-        if self._seed is None or explicit or isinstance(saved, bool) or not isinstance(saved, int):
-            return
-        if saved != self._seed:
-            rank_zero_info(
-                f"Resuming with the checkpoint's training seed {saved} (this run derived "
-                f"{self._seed}: the DataModule's or seed_everything's seed changed), so the "
-                "training randomness continues the interrupted run's. Pass "
-                "ResumableDataCallback(training_seed=...) to choose another."
-            )
-            self._seed = saved
-
-
-def _check_within_limit(
-    trainer: pl.Trainer, loader: StatefulDataLoader, consumed: int, saved_step_samples: int
-) -> None:
-    """Refuse a resumed epoch already past this layout's ``limit_train_batches`` cut.
-
-    An int ``limit_train_batches`` counts batches of the current layout: after a change of
-    batch or world size it cuts the epoch at another sample. A position past that cut
-    cannot end the epoch where either run would have.
-    """
-    limit = loader.epoch_limit
-    if limit is None or consumed <= limit:
-        return
-    raise StateMismatchError(
-        f"Cannot resume: the checkpoint is {consumed} samples into its epoch "
-        f"({consumed // saved_step_samples} batches of {saved_step_samples} samples), but "
-        f"limit_train_batches={trainer.limit_train_batches} ends an epoch after {limit} "
-        f"samples in this layout ({loader.samples_per_step} samples a batch). Resume with "
-        "the saved batch and world size until the epoch ends, or give "
-        "limit_train_batches as a fraction (the same samples in every layout)."
-    )
-
-
-def _micro_batch(trainer: pl.Trainer, pl_module: pl.LightningModule, batch_idx: int) -> int:
-    """The batch's index within its optimizer step: what tells its key from its step's others.
-
-    Automatic optimization steps every ``accumulate_grad_batches`` batches of an epoch. Under
-    manual optimization the step counter moves only when the module steps an optimizer, so
-    the batch's index in the epoch tells apart batches that share a step.
-    """
-    if not pl_module.automatic_optimization:
-        return batch_idx
-    return batch_idx % max(1, int(trainer.accumulate_grad_batches))
+        check_saved_state(state_dict, self.phases, allowed)
+        # both added later: may be absent (no memory: the policy sees what is logged anew)
+        self.mixer.load_state_dict(state_dict.get("source_metrics"))
+        self._seed = restored_seed(self._seed, self.training_seed, state_dict.get("training_seed"))

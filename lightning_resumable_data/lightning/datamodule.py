@@ -1,4 +1,8 @@
-"""The LightningDataModule: samplers and loaders built from the trainer's strategy."""
+"""The LightningDataModule: its arguments, checked, and the hooks Lightning calls.
+
+The loaders are built in :mod:`._loaders` (the mixture phases placed by :mod:`._phases`),
+and the checkpoint entry is written and checked in :mod:`._module_state`.
+"""
 
 from __future__ import annotations
 
@@ -6,30 +10,31 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import lightning.pytorch as pl
-from lightning.pytorch.trainer.states import TrainerFn
-from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 from typing_extensions import override
 
-from lightning_resumable_data.datasets.mixture import MixtureDataset
 from lightning_resumable_data.index.permutation import PermutationAlgorithm, check_algorithm
 from lightning_resumable_data.lightning._checks import (
+    check_batch_sizes,
     check_dataset,
     check_keywords,
     check_weights_for,
-    describe_sources,
 )
+from lightning_resumable_data.lightning._contract import PhasedDataModule
 from lightning_resumable_data.lightning._hooks import show_hook
-from lightning_resumable_data.lightning.steps import limited_batches, step_position
+from lightning_resumable_data.lightning._loaders import eval_loader, train_loader
+from lightning_resumable_data.lightning._module_state import (
+    data_config,
+    load_module_state,
+    module_state,
+)
+from lightning_resumable_data.lightning.callback import ResumableDataCallback
 from lightning_resumable_data.loader import StatefulDataLoader
-from lightning_resumable_data.samplers.distributed import DistributedSampler, check_non_negative_int
-from lightning_resumable_data.samplers.mixture import MixturePhase, MixtureSampler, check_phases
-from lightning_resumable_data.state import StateMismatchError
+from lightning_resumable_data.samplers.distributed import check_non_negative_int
+from lightning_resumable_data.samplers.schedule import MixturePhase
 
 __all__ = ["ResumableDataModule"]
-
-_STATE_VERSION = 1
 
 
 class ResumableDataModule(pl.LightningDataModule):
@@ -136,15 +141,8 @@ class ResumableDataModule(pl.LightningDataModule):
         self.train_dataset = train_dataset
         self.val_dataset = val_dataset
         self.test_dataset = test_dataset
-        if check_non_negative_int("batch_size", batch_size) == 0:
-            raise ValueError("batch_size=0 must be >= 1.")
+        self.eval_batch_size = check_batch_sizes(batch_size, eval_batch_size)
         self.batch_size = batch_size
-        if (
-            eval_batch_size is not None
-            and check_non_negative_int("eval_batch_size", eval_batch_size) == 0
-        ):
-            raise ValueError("eval_batch_size=0 must be >= 1 (or None for batch_size).")
-        self.eval_batch_size = batch_size if eval_batch_size is None else eval_batch_size
         self.num_workers = check_non_negative_int("num_workers", num_workers)
         self.seed = check_non_negative_int("seed", seed)
         self.shuffle = shuffle
@@ -178,8 +176,6 @@ class ResumableDataModule(pl.LightningDataModule):
         self._trainer = trainer
         if trainer is not None:
             _ensure_callback(trainer)
-
-    # -- where this process stands ----------------------------------------------------------
 
     def world(self) -> tuple[int, int]:
         """``(num_replicas, rank)`` of the data-parallel group, from the trainer's strategy."""
@@ -231,168 +227,10 @@ class ResumableDataModule(pl.LightningDataModule):
             **datamodule_kwargs,
         )
 
-    # -- loaders --------------------------------------------------------------------------
-
     @override
     def train_dataloader(self) -> StatefulDataLoader:
         """The training loader; a rebuilt one continues from the live position."""
-        if self.train_dataset is None:
-            raise ValueError(
-                "ResumableDataModule has no train_dataset: pass one, or assign "
-                "self.train_dataset in setup()."
-            )
-        check_dataset("train_dataset", self.train_dataset)  # also when set in setup()
-        check_weights_for(self.train_dataset, self.weights)
-        num_replicas, rank = self.world()
-        sampler: DistributedSampler
-        dataset: Any = self.train_dataset
-        if isinstance(dataset, Mapping):
-            dataset = MixtureDataset(dataset, return_source=self.return_source)
-            weights = self.weights or dict(
-                zip(dataset.names, map(float, dataset.sizes), strict=True)
-            )
-            sampler = MixtureSampler(
-                dataset,
-                weights,
-                num_replicas,
-                rank,
-                seed=self.seed,
-                temperature=self.temperature,
-                samples_per_epoch=self.samples_per_epoch,
-                sample_keys=self.sample_keys,
-            )
-            sampler.allow_schedule_change = self.allow_config_change
-            self._schedule_phases(sampler)
-        else:
-            if self.phases:
-                raise ValueError(
-                    "mixture phases need named sources: pass train_dataset as a mapping "
-                    "{'web': ..., 'code': ...}."
-                )
-            if self.return_source:
-                raise ValueError(
-                    "return_source=True needs named sources: pass train_dataset as a mapping "
-                    "{'web': ..., 'code': ...}, or leave return_source out."
-                )
-            sampler = DistributedSampler(
-                dataset,
-                num_replicas,
-                rank,
-                shuffle=self.shuffle,
-                seed=self.seed,
-                drop_last=self.drop_last,
-                algorithm=self.algorithm,
-                sample_keys=self.sample_keys,
-            )
-        max_epochs = self.trainer.max_epochs if self.trainer is not None else None
-        if self._loader_state is None and self._reloading():
-            self._loader_state = self.train_loader.state_dict()  # type: ignore[union-attr]
-        self._loader_trainer = self.trainer
-        self.train_loader = StatefulDataLoader(
-            dataset,
-            batch_size=self.batch_size,
-            sampler=sampler,
-            drop_last=self.drop_last,
-            max_epochs=max_epochs if max_epochs is not None and max_epochs >= 0 else None,
-            strict_resume=not self.allow_config_change,
-            **self._loader_options(),
-        )
-        if self._loader_state is not None:
-            self.train_loader.load_state_dict(self._loader_state)
-            self._loader_state = None
-        return self.train_loader
-
-    def _reloading(self) -> bool:
-        """Whether the trainer that built the live loader asks for a new one.
-
-        Lightning rebuilds the loader during a fit (``reload_dataloaders_every_n_epochs``),
-        and a second ``trainer.fit`` on the same trainer continues its steps and epochs: in
-        both cases the data continues from the live position. A new trainer starts afresh
-        (or from its checkpoint).
-        """
-        return self.train_loader is not None and self._loader_trainer is self.trainer
-
-    def _schedule_phases(self, sampler: MixtureSampler) -> None:
-        """Install the phases as weight changes at exact (epoch, position)s, before any read.
-
-        A ``start_step`` phase starts with the first batch of that optimizer step, counted as
-        Lightning counts steps (``accumulate_grad_batches``, a step at every epoch's end,
-        ``limit_train_batches``) in the current layout (batch size x world size). On a resume
-        under another layout, the phases already passed keep the saved positions (they come
-        with the restored state) and later ones are placed from the resume point on.
-        """
-        check_phases(self.phases)
-        per_rank = len(sampler)
-        batches = per_rank // self.batch_size if self.drop_last else -(-per_rank // self.batch_size)
-        trainer = self.trainer
-        limit = getattr(trainer, "limit_train_batches", 1.0)
-        batches = limited_batches(batches, limit if limit is not None else 1.0)
-        if batches == 0:
-            raise ValueError(
-                f"batch_size={self.batch_size} is larger than a rank's share of a mixture "
-                f"epoch ({per_rank}); lower it or raise samples_per_epoch."
-            )
-        accumulate = int(getattr(trainer, "accumulate_grad_batches", 1) or 1)
-        step_samples = self.batch_size * sampler.num_replicas
-        known = self._resume_point(sampler, step_samples)
-        if known:
-            sampler.allow_schedule_change = True  # the phases were checked unchanged
-        for phase in self.phases:
-            if phase.start_epoch is not None:
-                epoch, position = phase.start_epoch, 0
-                if known and (epoch, position) <= (known["epoch"], known["consumed"]):
-                    continue  # passed: the saved schedule has it
-            else:
-                assert phase.start_step is not None
-                if known and phase.start_step < known["from_step"]:
-                    continue  # passed: the saved schedule has it
-                epoch, position = step_position(
-                    phase.start_step,
-                    batches=batches,
-                    step_samples=step_samples,
-                    accumulate=accumulate,
-                    **known,
-                )
-            sampler.update_weights(phase.weights, phase.temperature, epoch=epoch, position=position)
-
-    def _resume_point(self, sampler: MixtureSampler, step_samples: int) -> dict[str, int]:
-        """Where the resumed step begins, for a resume under a changed layout, else ``{}``."""
-        state = self._loader_state
-        if state is None:
-            return {}
-        same_layout = (state.get("batch_size"), state.get("num_replicas")) == (
-            self.batch_size,
-            sampler.num_replicas,
-        )
-        if same_layout:
-            return {}  # the phases land where they did: the schedules must agree exactly
-        consumed = int(state["consumed"])
-        return {
-            "from_step": self._saved_global_step,
-            "epoch": int(state["epoch"]),
-            "batch": consumed // step_samples,
-            "consumed": consumed,
-        }
-
-    def _eval_loader(self, dataset: Any) -> DataLoader[Any]:
-        num_replicas, rank = self.world()
-        sampler = DistributedSampler(
-            dataset, num_replicas, rank, shuffle=False, sample_keys=self.sample_keys
-        )
-        return DataLoader(
-            dataset, batch_size=self.eval_batch_size, sampler=sampler, **self._loader_options()
-        )
-
-    def _loader_options(self) -> dict[str, Any]:
-        options: dict[str, Any] = {
-            "num_workers": self.num_workers,
-            "pin_memory": self.pin_memory,
-            "persistent_workers": self.persistent_workers,
-            "collate_fn": self.collate_fn,
-        }
-        if self.num_workers > 0 and self.prefetch_factor is not None:
-            options["prefetch_factor"] = self.prefetch_factor
-        return options
+        return train_loader(self)
 
     @property
     def val_dataset(self) -> Dataset[Any] | Sequence[Any] | None:
@@ -417,39 +255,21 @@ class ResumableDataModule(pl.LightningDataModule):
     @override
     def val_dataloader(self) -> DataLoader[Any] | list[Any]:
         """Unshuffled validation loader (empty list without a validation dataset)."""
-        return [] if self.val_dataset is None else self._eval_loader(self.val_dataset)
+        return [] if self.val_dataset is None else eval_loader(self, self.val_dataset)
 
     @override
     def test_dataloader(self) -> DataLoader[Any] | list[Any]:
         """Unshuffled test loader (empty list without a test dataset)."""
-        return [] if self.test_dataset is None else self._eval_loader(self.test_dataset)
-
-    # -- checkpoint -------------------------------------------------------------------------
+        return [] if self.test_dataset is None else eval_loader(self, self.test_dataset)
 
     def config(self) -> dict[str, Any]:
         """What a resume compares: sources, sizes, seed, world size, batch size, phases."""
-        dataset = self.train_dataset
-        if isinstance(dataset, Mapping):
-            sources = {name: len(d) for name, d in dataset.items()}  # type: ignore[arg-type]
-        else:
-            sources = {"": len(dataset)} if dataset is not None else {}  # type: ignore[arg-type]
-        num_replicas, _ = self.world()
-        return {
-            "sources": sources,
-            "seed": self.seed,
-            "num_replicas": num_replicas,
-            "batch_size": self.batch_size,
-            "phases": [_phase_dict(p) for p in self.phases],
-        }
+        return data_config(self)
 
     @override
     def state_dict(self) -> dict[str, Any]:
         """The configuration and the training loader's position (what the model trained on)."""
-        state: dict[str, Any] = {"version": _STATE_VERSION, "config": self.config()}
-        if self.train_loader is not None:
-            state["train_loader"] = self.train_loader.state_dict()
-            state["global_step"] = int(getattr(self.trainer, "global_step", 0))
-        return state
+        return module_state(self)
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -463,71 +283,16 @@ class ResumableDataModule(pl.LightningDataModule):
         Raises:
             StateMismatchError: The configuration changed and the change was not allowed.
         """
-        stage = getattr(getattr(self.trainer, "state", None), "fn", None)  # None: no trainer
-        if stage is not None and stage != TrainerFn.FITTING:
-            return
-        saved = state_dict.get("config") if isinstance(state_dict, Mapping) else None
-        if not isinstance(saved, Mapping):
-            raise StateMismatchError(
-                "Cannot resume ResumableDataModule: the checkpoint has no data configuration. "
-                "It was written without this data module; start a fresh run."
-            )
-        now = self.config()
-        changed = {
-            k: (saved.get(k), now[k])
-            for k in ("sources", "seed", "phases")
-            if saved.get(k) != now[k]
-        }
-        if changed.get("phases") and not now["phases"] and not self.allow_config_change:
-            raise StateMismatchError(
-                f"Cannot resume: the checkpoint's data position follows mixture phases "
-                f"{saved.get('phases')!r}, and this run has none. Add "
-                "ResumableDataCallback(phases=[MixturePhase(...), ...]) with the same phases "
-                "to the trainer's callbacks."
-            )
-        if changed and not self.allow_config_change:
-            details = "; ".join(
-                describe_sources(a, b) if k == "sources" else f"{k}: saved {a!r}, now {b!r}"
-                for k, (a, b) in changed.items()
-            )
-            raise StateMismatchError(
-                f"Cannot resume: the data configuration changed ({details}). The resumed run "
-                "would not see the batches the interrupted run would have seen. Restore the "
-                "saved configuration, or pass ResumableDataModule(allow_config_change=True) "
-                "to accept the change."
-            )
-        loader_state = state_dict.get("train_loader")
-        self._loader_state = dict(loader_state) if isinstance(loader_state, Mapping) else None
-        self._saved_global_step = int(state_dict.get("global_step", 0))
-        shape = [
-            (k, saved.get(k), now[k])
-            for k in ("num_replicas", "batch_size")
-            if saved.get(k) != now[k]
-        ]
-        if shape:
-            rank_zero_info(
-                "Elastic resume: "
-                + ", ".join(f"{k} {a} -> {b}" for k, a, b in shape)
-                + ". The rest of the epoch is spread over the new layout; every sample is "
-                "still seen once."
-            )
+        load_module_state(self, state_dict)
+
+
+PhasedDataModule.register(ResumableDataModule)  # what the callback recognises it by
 
 
 def _ensure_callback(trainer: pl.Trainer) -> None:
     """Add a ``ResumableDataCallback`` to ``trainer`` unless it has one."""
-    from lightning_resumable_data.lightning.callback import ResumableDataCallback
-
     callbacks = getattr(trainer, "callbacks", None)
     if isinstance(callbacks, list) and not any(
         isinstance(c, ResumableDataCallback) for c in callbacks
     ):
         callbacks.append(ResumableDataCallback())  # Lightning orders checkpointing last
-
-
-def _phase_dict(phase: MixturePhase) -> dict[str, Any]:
-    return {
-        "start_step": phase.start_step,
-        "start_epoch": phase.start_epoch,
-        "weights": dict(phase.weights),
-        "temperature": phase.temperature,
-    }

@@ -31,6 +31,7 @@ __all__ = [
     "check_schedule",
     "compact_schedule",
     "entry_key",
+    "phase_dict",
     "reconcile_schedule",
 ]
 
@@ -135,6 +136,21 @@ def check_phases(phases: Sequence[MixturePhase]) -> None:
                 f"phases must start in strictly increasing order, got starts {starts}; "
                 "sort them and merge phases that start at the same step."
             )
+
+
+def phase_dict(phase: MixturePhase) -> dict[str, Any]:
+    """A phase as the plain dict that checkpoints save and a resume compares.
+
+    Example:
+        >>> phase_dict(MixturePhase(start_epoch=1, weights={"a": 1.0}))
+        {'start_step': None, 'start_epoch': 1, 'weights': {'a': 1.0}, 'temperature': 1.0}
+    """
+    return {
+        "start_step": phase.start_step,
+        "start_epoch": phase.start_epoch,
+        "weights": dict(phase.weights),
+        "temperature": phase.temperature,
+    }
 
 
 def reconcile_schedule(

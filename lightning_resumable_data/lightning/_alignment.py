@@ -1,0 +1,121 @@
+"""Lightning's epochs and counters lined up with the data position, for the callback.
+
+Where Lightning ends an epoch (``limit_train_batches``) becomes the loader's epoch limit; a
+checkpoint's epoch counters are mended to its data position before Lightning restores them;
+at a fit's start the position it starts from is checked against Lightning's restored
+counters, which are then brought to it; and every batch is checked to begin where they say.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import lightning.pytorch as pl
+from lightning.pytorch.trainer.states import TrainerFn
+
+from lightning_resumable_data.lightning.checkpoint_counters import (
+    data_position,
+    match_epoch_counters,
+)
+from lightning_resumable_data.lightning.guard import PositionGuard
+from lightning_resumable_data.lightning.progress import (
+    align_progress,
+    resume_mismatch,
+    trained_position,
+)
+from lightning_resumable_data.loader import RestoredPosition, StatefulDataLoader
+from lightning_resumable_data.state import StateMismatchError
+
+__all__ = ["check_batch", "match_checkpoint", "set_epoch_limit", "start_position"]
+
+
+def set_epoch_limit(trainer: pl.Trainer, loader: StatefulDataLoader) -> None:
+    """Tell the loader where Lightning ends an epoch (``limit_train_batches``), in samples."""
+    batches = trainer.num_training_batches
+    try:
+        whole = len(loader)
+    except TypeError:
+        return
+    if math.isfinite(batches) and int(batches) < whole:
+        loader.set_epoch_limit(int(batches) * loader.samples_per_step)
+    else:
+        loader.set_epoch_limit(None)
+
+
+def match_checkpoint(trainer: pl.Trainer, checkpoint: dict[str, Any], key: str | None) -> None:
+    """Rewrite a fit's checkpoint's epoch counters to its data position (DataModule ``key``)."""
+    position = data_position(checkpoint, key)
+    fitting = getattr(getattr(trainer, "state", None), "fn", None) == TrainerFn.FITTING
+    if position is not None and fitting:
+        match_epoch_counters(checkpoint, *position)
+
+
+def start_position(
+    trainer: pl.Trainer,
+    loader: StatefulDataLoader,
+    restored: RestoredPosition | None,
+    guard: PositionGuard,
+) -> None:
+    """Check the position this fit starts from, and align Lightning's counters with it."""
+    step_samples = loader.samples_per_step
+    if restored is not None:
+        epoch, consumed = restored.epoch, restored.consumed
+        _check_within_limit(trainer, loader, consumed, restored.step_samples)
+        if consumed and loader.ends_epoch(consumed):  # cut by this layout's limit
+            epoch, consumed = epoch + 1, 0
+    else:  # a fresh fit, or one continuing the live position (the state counts what
+        state = loader.state_dict()  # Lightning trained, whatever it fetched ahead)
+        epoch, consumed = int(state["epoch"]), int(state["consumed"])
+    # what was restored is checked in the layout that saved it
+    saved = restored or RestoredPosition(epoch, consumed, step_samples)
+    problem = resume_mismatch(
+        trained_position(trainer),
+        (saved.epoch, saved.consumed),
+        step_samples=saved.step_samples,
+        step=trainer.global_step,
+    )
+    if problem is not None:
+        guard.report(problem)
+    batch = align_progress(trainer, epoch, consumed, step_samples)
+    guard.anchor(epoch, batch, consumed)
+
+
+def check_batch(
+    guard: PositionGuard, trainer: pl.Trainer, loader: StatefulDataLoader, batch_idx: int
+) -> None:
+    """Check that batch ``batch_idx``, about to be trained, begins where the counters say."""
+    handed = loader.take_handed()
+    epoch, step_samples = trainer.current_epoch, loader.samples_per_step
+    if handed is not None and not guard.matches(
+        handed, epoch, batch_idx, step_samples
+    ):  # O(1); the step is read only for the message
+        guard.check(
+            handed,
+            epoch=epoch,
+            batch=batch_idx,
+            step=trainer.global_step,
+            step_samples=step_samples,
+        )
+
+
+def _check_within_limit(
+    trainer: pl.Trainer, loader: StatefulDataLoader, consumed: int, saved_step_samples: int
+) -> None:
+    """Refuse a resumed epoch already past this layout's ``limit_train_batches`` cut.
+
+    An int ``limit_train_batches`` counts batches of the current layout: after a change of
+    batch or world size it cuts the epoch at another sample. A position past that cut
+    cannot end the epoch where either run would have.
+    """
+    limit = loader.epoch_limit
+    if limit is None or consumed <= limit:
+        return
+    raise StateMismatchError(
+        f"Cannot resume: the checkpoint is {consumed} samples into its epoch "
+        f"({consumed // saved_step_samples} batches of {saved_step_samples} samples), but "
+        f"limit_train_batches={trainer.limit_train_batches} ends an epoch after {limit} "
+        f"samples in this layout ({loader.samples_per_step} samples a batch). Resume with "
+        "the saved batch and world size until the epoch ends, or give "
+        "limit_train_batches as a fraction (the same samples in every layout)."
+    )

@@ -1,0 +1,104 @@
+"""A ``ResumableDataModule``'s checkpoint entry: its configuration and position, checked on resume.
+
+The entry holds what a resume compares (sources and their sizes, seed, world size, batch
+size, phases) and the training loader's position. On resume, a changed world or batch size
+resumes elastically; a change of sources, sizes, seed or phases is refused unless the module
+allows configuration changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities import rank_zero_info
+
+from lightning_resumable_data.lightning._checks import describe_sources
+from lightning_resumable_data.samplers.schedule import phase_dict
+from lightning_resumable_data.state import StateMismatchError
+
+if TYPE_CHECKING:
+    from lightning_resumable_data.lightning.datamodule import ResumableDataModule
+
+__all__ = ["data_config", "load_module_state", "module_state"]
+
+_STATE_VERSION = 1
+
+
+def data_config(dm: ResumableDataModule) -> dict[str, Any]:
+    """What a resume compares: sources, sizes, seed, world size, batch size, phases."""
+    dataset = dm.train_dataset
+    if isinstance(dataset, Mapping):
+        sources = {name: len(d) for name, d in dataset.items()}  # type: ignore[arg-type]
+    else:
+        sources = {"": len(dataset)} if dataset is not None else {}  # type: ignore[arg-type]
+    num_replicas, _ = dm.world()
+    return {
+        "sources": sources,
+        "seed": dm.seed,
+        "num_replicas": num_replicas,
+        "batch_size": dm.batch_size,
+        "phases": [phase_dict(p) for p in dm.phases],
+    }
+
+
+def module_state(dm: ResumableDataModule) -> dict[str, Any]:
+    """The configuration and the training loader's position (what the model trained on)."""
+    state: dict[str, Any] = {"version": _STATE_VERSION, "config": dm.config()}
+    if dm.train_loader is not None:
+        state["train_loader"] = dm.train_loader.state_dict()
+        state["global_step"] = int(getattr(dm.trainer, "global_step", 0))
+    return state
+
+
+def load_module_state(dm: ResumableDataModule, state_dict: dict[str, Any]) -> None:
+    """Check a saved entry against ``dm``'s configuration; keep its position for the loader.
+
+    Raises:
+        StateMismatchError: The configuration changed and the change was not allowed.
+    """
+    stage = getattr(getattr(dm.trainer, "state", None), "fn", None)  # None: no trainer
+    if stage is not None and stage != TrainerFn.FITTING:
+        return
+    saved = state_dict.get("config") if isinstance(state_dict, Mapping) else None
+    if not isinstance(saved, Mapping):
+        raise StateMismatchError(
+            "Cannot resume ResumableDataModule: the checkpoint has no data configuration. "
+            "It was written without this data module; start a fresh run."
+        )
+    now = dm.config()
+    changed = {
+        k: (saved.get(k), now[k]) for k in ("sources", "seed", "phases") if saved.get(k) != now[k]
+    }
+    if changed.get("phases") and not now["phases"] and not dm.allow_config_change:
+        raise StateMismatchError(
+            f"Cannot resume: the checkpoint's data position follows mixture phases "
+            f"{saved.get('phases')!r}, and this run has none. Add "
+            "ResumableDataCallback(phases=[MixturePhase(...), ...]) with the same phases "
+            "to the trainer's callbacks."
+        )
+    if changed and not dm.allow_config_change:
+        details = "; ".join(
+            describe_sources(a, b) if k == "sources" else f"{k}: saved {a!r}, now {b!r}"
+            for k, (a, b) in changed.items()
+        )
+        raise StateMismatchError(
+            f"Cannot resume: the data configuration changed ({details}). The resumed run "
+            "would not see the batches the interrupted run would have seen. Restore the "
+            "saved configuration, or pass ResumableDataModule(allow_config_change=True) "
+            "to accept the change."
+        )
+    loader_state = state_dict.get("train_loader")
+    dm._loader_state = dict(loader_state) if isinstance(loader_state, Mapping) else None
+    dm._saved_global_step = int(state_dict.get("global_step", 0))
+    shape = [
+        (k, saved.get(k), now[k]) for k in ("num_replicas", "batch_size") if saved.get(k) != now[k]
+    ]
+    if shape:
+        rank_zero_info(
+            "Elastic resume: "
+            + ", ".join(f"{k} {a} -> {b}" for k, a, b in shape)
+            + ". The rest of the epoch is spread over the new layout; every sample is "
+            "still seen once."
+        )
