@@ -16,7 +16,7 @@ from typing import Any, Final
 
 import torch.utils.data
 
-from lightning_resumable_data.samplers.distributed import check_non_negative_int, dataset_length
+from lightning_resumable_data.samplers._arguments import check_non_negative_int, dataset_length
 from lightning_resumable_data.state import (
     ResumeWarning,
     StateMismatchError,

@@ -1,0 +1,82 @@
+"""Argument checks the samplers share: counts, sized datasets, ranks and seeds (torch's ranges)."""
+
+from __future__ import annotations
+
+from collections.abc import Sized
+from typing import Final
+
+import numpy as np
+
+__all__ = [
+    "SEED_LIMIT",
+    "check_epoch_seed",
+    "check_non_negative_int",
+    "check_rank_as_torch",
+    "check_seed",
+    "dataset_length",
+]
+
+SEED_LIMIT: Final = 2**64  # torch.Generator.manual_seed accepts [0, 2**64) (negatives wrap)
+
+
+def check_non_negative_int(name: str, value: object) -> int:
+    """Return ``value`` if it is a non-negative int, else raise naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name}={value!r} must be an int, got {type(value).__name__}.")
+    if value < 0:
+        raise ValueError(f"{name}={value} must be >= 0.")
+    return int(value)
+
+
+def dataset_length(dataset: object, owner: str, *, empty_ok: bool = False) -> int:
+    """Return ``len(dataset)``, or raise a clear error for unsized (or empty) datasets."""
+    if not isinstance(dataset, Sized):
+        raise TypeError(
+            f"{owner} needs a map-style dataset with __len__, got {type(dataset).__name__}. "
+            "Iterable datasets order themselves; pass them to the loader without a sampler."
+        )
+    length = len(dataset)
+    if length == 0 and not empty_ok:
+        raise ValueError(
+            f"{owner} got an empty dataset (len 0); there is nothing to sample. Pass a "
+            "dataset with at least one sample (check the path or filter that built it)."
+        )
+    return length
+
+
+def check_rank_as_torch(num_replicas: object, rank: object) -> None:
+    """Refuse an out-of-range ``rank`` with torch's wording (code may match on it)."""
+    ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (num_replicas, rank))
+    if ints and num_replicas >= 1 and not 0 <= rank < num_replicas:  # type: ignore[operator]
+        raise ValueError(
+            f"Invalid rank {rank}, rank should be in the interval [0, {num_replicas - 1}]; "  # type: ignore[operator]
+            "pass the data-parallel rank of this process (in Lightning: from "
+            "trainer.strategy.distributed_sampler_kwargs)."
+        )
+
+
+def check_seed(seed: object) -> int:
+    """Return ``seed`` as an int in torch's ``manual_seed`` range ``[-2**63, 2**64)``.
+
+    Example:
+        >>> check_seed(-1)
+        -1
+    """
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"seed={seed!r} must be an int, got {type(seed).__name__}.")
+    value = int(seed)
+    if not -(2**63) <= value < SEED_LIMIT:
+        raise ValueError(
+            f"seed={value} must be in [-2**63, 2**64) (torch's manual_seed range); pass "
+            "seed % 2**64."
+        )
+    return value
+
+
+def check_epoch_seed(epoch: int, seed: int) -> None:
+    """Refuse an epoch that takes ``seed + epoch`` (torch's epoch seed) past ``2**64 - 1``."""
+    if seed + epoch >= SEED_LIMIT:
+        raise ValueError(
+            f"epoch={epoch} with seed={seed} must keep seed + epoch < 2**64 (torch "
+            "seeds the epoch's shuffle with seed + epoch); use a smaller seed."
+        )

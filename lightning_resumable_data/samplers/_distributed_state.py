@@ -1,0 +1,115 @@
+"""The state of a :class:`DistributedSampler`: what it saves, and the checks of one it loads.
+
+Functions of the sampler's configuration (:class:`PositionOwner`): the sampler calls
+:func:`position_state` to save and :func:`loaded_position` to validate a state before it
+changes anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar, Protocol
+
+from lightning_resumable_data.index.partition import epoch_total_size
+from lightning_resumable_data.pins import check_pins
+from lightning_resumable_data.samplers._arguments import SEED_LIMIT
+from lightning_resumable_data.state import StateMismatchError, check_state, make_state
+
+__all__ = ["PositionOwner", "loaded_position", "position_state"]
+
+
+class PositionOwner(Protocol):
+    """What the state of a sampler with one global position depends on."""
+
+    KIND: ClassVar[str]
+
+    @property
+    def fingerprint(self) -> dict[str, Any]:
+        """Everything the epoch's order depends on (apart from the epoch)."""
+
+    @property
+    def pins(self) -> Mapping[str, str]:
+        """What identifies the bytes of the files the dataset reads."""
+
+    @property
+    def seed(self) -> int:
+        """The seed of the order."""
+
+    @property
+    def epoch_length(self) -> int:
+        """Length of the epoch's global order (before padding)."""
+
+    @property
+    def num_replicas(self) -> int:
+        """The world size now."""
+
+    @property
+    def drop_last(self) -> bool:
+        """Whether the ragged tail of an epoch is dropped."""
+
+
+def position_state(owner: PositionOwner, epoch: int, consumed: int) -> dict[str, Any]:
+    """The state after ``consumed`` global samples of ``epoch``, with the fingerprint and pins.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> owner = SimpleNamespace(KIND="K", fingerprint={}, pins={}, num_replicas=2)
+        >>> state = position_state(owner, 1, 4)
+        >>> state["epoch"], state["consumed"], state["num_replicas"]
+        (1, 4, 2)
+    """
+    state = make_state(
+        owner.KIND,
+        owner.fingerprint,
+        epoch=epoch,
+        consumed=consumed,
+        num_replicas=owner.num_replicas,
+    )
+    if owner.pins:
+        state["pins"] = dict(owner.pins)
+    return state
+
+
+def loaded_position(owner: PositionOwner, state_dict: dict[str, Any]) -> tuple[int, int]:
+    """Check ``state_dict`` against ``owner``'s configuration; its ``(epoch, consumed)``.
+
+    ``consumed`` is the global position to resume at in the current layout: a position past
+    the end of this layout's epoch (saved under a wider world) becomes that end.
+
+    Raises:
+        StateMismatchError: What :meth:`DistributedSampler.load_state_dict` refuses.
+    """
+    kind, length, drop_last = owner.KIND, owner.epoch_length, owner.drop_last
+    check_state(
+        state_dict,
+        kind,
+        owner.fingerprint,
+        {"epoch": int, "consumed": int, "num_replicas": int},
+    )
+    check_pins(state_dict, kind, owner.pins)
+    if owner.seed + state_dict["epoch"] >= SEED_LIMIT:
+        raise StateMismatchError(
+            f"Cannot load this state into {kind}: epoch={state_dict['epoch']} with "
+            f"seed={owner.seed} exceeds 2**64 - 1 (torch's seed range). The state is "
+            "corrupted."
+        )
+    consumed, saved_replicas = state_dict["consumed"], state_dict["num_replicas"]
+    if saved_replicas == 0:
+        raise StateMismatchError(
+            f"Cannot load this state into {kind}: num_replicas=0; a state is saved "
+            "by at least one rank. The state is corrupted."
+        )
+    limit = epoch_total_size(length, saved_replicas, drop_last)
+    if consumed > limit:
+        raise StateMismatchError(
+            f"Cannot load this state into {kind}: consumed={consumed} is past the "
+            f"end of an epoch of {length} samples over "
+            f"num_replicas={saved_replicas} ranks (at most {limit}). The state is "
+            "corrupted or belongs to another dataset."
+        )
+    # An epoch with no real sample left reads nothing in any layout; past the end of
+    # this layout's epoch (a narrower resume), it is saved again as that end, so the
+    # state it saves loads here too.
+    if consumed >= length:
+        consumed = min(consumed, epoch_total_size(length, owner.num_replicas, drop_last))
+    return state_dict["epoch"], consumed
