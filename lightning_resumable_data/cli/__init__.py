@@ -59,19 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
         "a resume under --world-size/--batch-size would be exact, elastic or refused.",
     )
     inspect.add_argument("checkpoint", type=Path, metavar="CHECKPOINT", help="a .ckpt file")
-    inspect.add_argument(
-        "--world-size",
-        type=_positive_int,
-        metavar="W",
-        help="data-parallel world size of the resume (default: the saved one)",
-    )
-    inspect.add_argument(
-        "--batch-size",
-        type=_positive_int,
-        metavar="B",
-        help="per-rank batch size of the resume (default: the saved one)",
-    )
-    inspect.add_argument("--json", action="store_true", help="print JSON instead of text")
+    for flag, metavar, what in (
+        ("--world-size", "W", "data-parallel world size"),
+        ("--batch-size", "B", "per-rank batch size"),
+    ):
+        help_ = f"{what} of the resume (default: the saved one)"
+        inspect.add_argument(flag, type=_positive_int, metavar=metavar, help=help_)
 
     plan = commands.add_parser(
         "plan",
@@ -82,7 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     plan.add_argument("config", type=Path, metavar="CONFIG", help="a .yaml or .json file")
     plan.add_argument("--png", type=Path, metavar="PATH", help="also plot the shares to PATH")
-    plan.add_argument("--json", action="store_true", help="print JSON instead of text")
+    for command in (inspect, plan):
+        command.add_argument("--json", action="store_true", help="print JSON instead of text")
     return parser
 
 

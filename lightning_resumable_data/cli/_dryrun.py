@@ -22,7 +22,7 @@ from lightning_resumable_data.loader import StatefulDataLoader
 from lightning_resumable_data.samplers.distributed import DistributedSampler
 from lightning_resumable_data.samplers.mixture import MixtureSampler
 
-__all__ = ["DryRun", "build_loader", "quiet", "resume_datamodule", "resume_loader"]
+__all__ = ["DryRun", "build_sampler", "quiet", "resume_datamodule", "resume_loader"]
 
 
 @dataclass
@@ -76,23 +76,21 @@ def resume_datamodule(
     )
 
 
-def build_loader(
-    kind: str, fingerprint: Mapping[str, Any], world_size: int, batch_size: int
-) -> StatefulDataLoader:
-    """A :class:`StatefulDataLoader` over stand-in data whose sampler has ``fingerprint``.
+def build_sampler(kind: str, fingerprint: Mapping[str, Any], world_size: int) -> DistributedSampler:
+    """A sampler of ``kind`` over stand-in data, with ``fingerprint``, as rank 0 of the world.
 
-    Used for loader states saved without the data module (e.g. in a Fabric checkpoint).
+    Used where no data module state says how to build the loader (e.g. a Fabric
+    checkpoint), and to count a mixture's epoch under its saved schedule.
 
     Raises:
         ValueError: An unknown sampler kind, or a fingerprint the package refuses.
         KeyError: A fingerprint without the expected fields.
     """
-    sampler: DistributedSampler
     if kind == MixtureSampler.KIND:
         names, sizes = list(fingerprint["sources"]), list(fingerprint["sizes"])
-        dataset: Any = MixtureDataset({n: range(s) for n, s in zip(names, sizes, strict=True)})
+        dataset = MixtureDataset({n: range(s) for n, s in zip(names, sizes, strict=True)})
         initial = fingerprint["initial"]
-        sampler = MixtureSampler(
+        return MixtureSampler(
             dataset,
             initial["weights"],
             world_size,
@@ -102,10 +100,9 @@ def build_loader(
             drop_last=fingerprint["drop_last"],
             samples_per_epoch=fingerprint["samples_per_epoch"],
         )
-    elif kind == DistributedSampler.KIND:
-        dataset = range(fingerprint["dataset_length"])
-        sampler = DistributedSampler(
-            dataset,
+    if kind == DistributedSampler.KIND:
+        return DistributedSampler(
+            range(fingerprint["dataset_length"]),
             world_size,
             0,
             shuffle=fingerprint["shuffle"],
@@ -113,9 +110,7 @@ def build_loader(
             drop_last=fingerprint["drop_last"],
             algorithm=fingerprint["algorithm"],
         )
-    else:
-        raise ValueError(f"lrd cannot rebuild a {kind}.")
-    return StatefulDataLoader(dataset, batch_size=batch_size, sampler=sampler)
+    raise ValueError(f"lrd cannot rebuild a {kind}.")
 
 
 def resume_loader(
@@ -126,8 +121,9 @@ def resume_loader(
     batch_size: int,
 ) -> DryRun:
     """Load a loader state into a loader built under a layout."""
-    return _dry_run(
-        lambda: build_loader(kind, fingerprint, world_size, batch_size),
-        state,
-        (ValueError, TypeError, KeyError),
-    )
+
+    def build() -> StatefulDataLoader:
+        sampler = build_sampler(kind, fingerprint, world_size)
+        return StatefulDataLoader(sampler.dataset, batch_size=batch_size, sampler=sampler)
+
+    return _dry_run(build, state, (ValueError, TypeError, KeyError))

@@ -1,10 +1,11 @@
-"""Text helpers shared by the commands: numbers and aligned tables."""
+"""Text helpers shared by the commands: numbers, phase starts and aligned tables."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-__all__ = ["count", "percent", "table"]
+__all__ = ["count", "percent", "phase_start", "table"]
 
 
 def count(value: int) -> str:
@@ -25,6 +26,18 @@ def percent(value: float) -> str:
         '12.3%'
     """
     return f"{100 * value:.1f}%"
+
+
+def phase_start(phase: Mapping[str, Any]) -> str:
+    """Where a phase (as a checkpoint saves it) starts.
+
+    Example:
+        >>> phase_start({"start_step": 4, "start_epoch": None})
+        'start_step 4'
+    """
+    if phase.get("start_step") is not None:
+        return f"start_step {phase['start_step']}"
+    return f"start_epoch {phase['start_epoch']}"
 
 
 def table(

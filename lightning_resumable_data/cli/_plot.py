@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lightning_resumable_data.cli._errors import EXIT_FAILURE, CliError
-from lightning_resumable_data.cli.plan import Plan
+from lightning_resumable_data.cli._plan_result import Plan
 
 __all__ = ["plot_plan"]
 

@@ -1,22 +1,20 @@
-"""``lrd inspect``: where the data of a checkpoint stands, and what a resume would do."""
+"""``lrd inspect``: where the data of a checkpoint stands, and what a resume would do.
+
+This module reports the position (and, for a mixture, the phase in force and the samples
+drawn per source); :mod:`._resume_report` says what a resume under a layout would do.
+"""
 
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from lightning_resumable_data.cli._dryrun import (
-    DryRun,
-    build_loader,
-    quiet,
-    resume_datamodule,
-    resume_loader,
-)
+from lightning_resumable_data.cli._dryrun import build_sampler, quiet
 from lightning_resumable_data.cli._errors import CliError
+from lightning_resumable_data.cli._format import phase_start
 from lightning_resumable_data.cli._inspect_text import format_inspect
 from lightning_resumable_data.cli._reading import (
     DataState,
@@ -24,43 +22,12 @@ from lightning_resumable_data.cli._reading import (
     fit_loop_loader,
     load_checkpoint,
 )
+from lightning_resumable_data.cli._resume_report import resume_report
 from lightning_resumable_data.index.mixture import mixture_probabilities
-from lightning_resumable_data.index.permutation import check_algorithm
-from lightning_resumable_data.lightning.plan import PlanConfig
-from lightning_resumable_data.samplers.distributed import DistributedSampler
-from lightning_resumable_data.samplers.mixture import MixturePhase, MixtureSampler
+from lightning_resumable_data.samplers.mixture import MixtureSampler
+from lightning_resumable_data.samplers.schedule import entry_key
 
 __all__ = ["DataState", "find_data_state", "format_inspect", "inspect", "load_checkpoint"]
-
-
-# -- the report ------------------------------------------------------------------------------
-
-
-def _spec(module: Mapping[str, Any], loader: Mapping[str, Any]) -> PlanConfig:
-    """The data module's construction arguments, from its config and the sampler state."""
-    config = module["config"]
-    fingerprint = loader.get("sampler", {}).get("fingerprint", {})
-    phases = [MixturePhase(**phase) for phase in config.get("phases", [])]
-    if "initial" in fingerprint:  # a mixture: the sampler's order of sources is the one
-        names = list(fingerprint["sources"])
-        sources = dict(zip(names, fingerprint["sizes"], strict=True))
-        initial = fingerprint["initial"]
-        return PlanConfig(
-            sources=sources,
-            seed=int(config["seed"]),
-            weights=dict(zip(names, initial["weights"], strict=True)),
-            temperature=float(initial["temperature"]),
-            samples_per_epoch=int(fingerprint["samples_per_epoch"]),
-            phases=tuple(phases),
-        )
-    return PlanConfig(
-        sources=dict(config["sources"]),
-        seed=int(config["seed"]),
-        shuffle=bool(fingerprint.get("shuffle", True)),
-        algorithm=check_algorithm(fingerprint.get("algorithm", "randperm")),
-        drop_last=bool(fingerprint.get("drop_last", False)),
-        phases=tuple(phases),
-    )
 
 
 def _match_phases(
@@ -108,14 +75,16 @@ def _phase_label(index: int, phase: Mapping[str, Any] | None, kind: str = "decla
         return "initial weights"
     if phase is None:
         return f"weight change {index}"
-    if phase.get("start_step") is not None:
-        return f"phase {index} (start_step {phase['start_step']})"
-    return f"phase {index} (start_epoch {phase['start_epoch']})"
+    return f"phase {index} ({phase_start(phase)})"
 
 
 def _mixture_report(
     loader_state: Mapping[str, Any], module: Mapping[str, Any] | None
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], int]:
+    """The mixture part of the report, and the saved run's ``accumulate_grad_batches``.
+
+    The accumulation is only known from a data module's phases by ``start_step``; else 1.
+    """
     sampler_state = loader_state["sampler"]
     fingerprint = sampler_state["fingerprint"]
     names = list(fingerprint["sources"])
@@ -123,7 +92,7 @@ def _mixture_report(
     schedule = list(sampler_state["schedule"])
     configured = list(module["config"].get("phases", [])) if module is not None else []
     matched = _match_phases(schedule, configured, names)
-    index = bisect.bisect_right([(e["epoch"], e["position"]) for e in schedule], (epoch, consumed))
+    index = bisect.bisect_right([entry_key(e) for e in schedule], (epoch, consumed))
     index = max(index - 1, 0)
 
     def describe(i: int) -> dict[str, Any]:
@@ -148,7 +117,7 @@ def _mixture_report(
     drawn = sampler_state.get("source_counts")
     with quiet():
         try:
-            sampler = build_loader(MixtureSampler.KIND, fingerprint, 1, 1).position_sampler
+            sampler = build_sampler(MixtureSampler.KIND, fingerprint, 1)
             assert isinstance(sampler, MixtureSampler)
             sampler.load_state_dict(sampler_state)
             epoch_totals = sampler.source_counts(sampler.epoch_length, epoch)
@@ -156,7 +125,7 @@ def _mixture_report(
                 drawn = sampler.source_counts(consumed, epoch)
         except (ValueError, TypeError, KeyError):
             pass
-    return {
+    report: dict[str, Any] = {
         "sources": dict(zip(names, map(int, fingerprint["sizes"]), strict=True)),
         "phase": describe(index),
         "next_phase": describe(index + 1) if index + 1 < len(schedule) else None,
@@ -165,97 +134,11 @@ def _mixture_report(
         "drawn": {n: int(v) for n, v in drawn.items()} if isinstance(drawn, dict) else None,
         "epoch_totals": epoch_totals,
     }
-
-
-def _epoch_length(fingerprint: Mapping[str, Any]) -> int:
-    """Global samples in an epoch's order (before padding or dropping a ragged tail)."""
-    return int(fingerprint.get("samples_per_epoch", fingerprint.get("dataset_length", 0)))
-
-
-def _resume_report(
-    found: DataState, world_size: int, batch_size: int, accumulate: int
-) -> dict[str, Any]:
-    state = found.loader
-    saved_world, saved_batch = int(state["num_replicas"]), int(state["batch_size"])
-    changed = [
-        f"{what} {a} -> {b}"
-        for what, a, b in (
-            ("world size", saved_world, world_size),
-            ("batch size", saved_batch, batch_size),
-        )
-        if a != b
-    ]
-    report: dict[str, Any] = {
-        "world_size": world_size,
-        "batch_size": batch_size,
-        "mode": "elastic" if changed else "exact",
-        "changes": changed,
-        "ok": True,
-        "error": None,
-    }
-    mode = state.get("fingerprint", {}).get("mode")
-    if mode != "position":
-        if changed:
-            report |= {
-                "ok": False,
-                "error": f"the loader resumes in {mode!r} mode, which needs the saved world "
-                "size and batch size; only lightning_resumable_data.DistributedSampler and "
-                "MixtureSampler states resume elastically.",
-            }
-        return report
-    sampler_state = state["sampler"]
-    kind = sampler_state["kind"]
-    run: DryRun
-    if found.module is not None:
-        spec = _spec(found.module, state)
-        module_state = dict(found.module, train_loader=state)
-        run = resume_datamodule(spec, module_state, world_size, batch_size, accumulate)
-    else:
-        run = resume_loader(state, kind, sampler_state["fingerprint"], world_size, batch_size)
-    report["warnings"] = run.warnings
-    if run.loader is None:
-        hint = None
-        if found.module is not None and "schedule differs" in str(run.error):
-            relaxed = dataclasses.replace(spec, allow_config_change=True)
-            retry = resume_datamodule(relaxed, module_state, world_size, batch_size, accumulate)
-            hint = (
-                "phases by start_step are placed at global sample positions computed from "
-                f"batch_size x world_size (saved {saved_batch * saved_world}, now "
-                f"{batch_size * world_size}), so keeping that product keeps them in place."
-            )
-            if retry.loader is not None:
-                hint += (
-                    " ResumableDataModule(allow_config_change=True) resumes: it keeps the "
-                    "saved schedule up to the resume point and places later phases for the "
-                    "new layout."
-                )
-        return report | {"ok": False, "error": run.error, "hint": hint}
-    loader = run.loader
-    sampler = loader.position_sampler
-    if not isinstance(sampler, DistributedSampler):  # the kinds build_loader makes
-        return report | {"ok": False, "error": f"unexpected sampler {type(sampler).__name__}"}
-    consumed = int(state["consumed"])
-    per_rank = sampler.samples_left(consumed)
-    remaining = max(sampler.epoch_length - consumed, 0)
-
-    def batches(samples: int) -> int:
-        return samples // batch_size if loader.drop_last else -(-samples // batch_size)
-
-    left = batches(per_rank)
-    report |= {
-        "epoch": int(state["epoch"]),
-        "consumed": consumed,
-        "remaining_samples": remaining,
-        "samples_per_rank": per_rank,
-        "batches_left": left,
-        "epoch_batches": loader.batches_yielded + left,
-        "batches_done": loader.batches_yielded,
-        "batches_per_epoch": batches(len(sampler)),
-        "last_batch": per_rank % batch_size,
-        "padding": max(per_rank * world_size - remaining, 0),
-        "dropped": max(remaining - per_rank * world_size, 0),
-    }
-    return report
+    if module is None:
+        return report, 1
+    world, batch = int(loader_state["num_replicas"]), int(loader_state["batch_size"])
+    batches = max(fingerprint["samples_per_epoch"] // world // batch, 1)
+    return report, _accumulate(schedule, matched, batches, world * batch)
 
 
 def inspect(
@@ -305,26 +188,20 @@ def _report(
         "warnings": [],
     }
     sampler_state = state.get("sampler") if mode == "position" else None
-    mixture = None
-    accumulate = 1
+    mixture, accumulate = None, 1
     if isinstance(sampler_state, dict):
         consumed = int(state["consumed"])
         fingerprint = dict(sampler_state.get("fingerprint", {}))
         report |= {
             "consumed": consumed,
-            "epoch_length": _epoch_length(fingerprint),
+            # the epoch's global order, before padding or dropping a ragged tail
+            "epoch_length": int(
+                fingerprint.get("samples_per_epoch", fingerprint.get("dataset_length", 0))
+            ),
             "sampler": {"kind": sampler_state.get("kind"), "fingerprint": fingerprint},
         }
         if sampler_state.get("kind") == MixtureSampler.KIND:
-            mixture = _mixture_report(state, found.module)
-            if found.module is not None:
-                schedule = sampler_state["schedule"]
-                names = list(fingerprint["sources"])
-                matched = _match_phases(schedule, found.module["config"].get("phases", []), names)
-                batches = fingerprint["samples_per_epoch"] // saved_world // saved_batch
-                accumulate = _accumulate(
-                    schedule, matched, max(batches, 1), saved_world * saved_batch
-                )
+            mixture, accumulate = _mixture_report(state, found.module)
     else:
         report["sampler"] = {"kind": None, "fingerprint": {}}
     report["mixture"] = mixture
@@ -344,7 +221,7 @@ def _report(
         report["warnings"].append(
             "the data module has phases but no ResumableDataCallback state was saved."
         )
-    report["resume"] = _resume_report(
+    report["resume"] = resume_report(
         found,
         saved_world if world_size is None else world_size,
         saved_batch if batch_size is None else batch_size,

@@ -12,186 +12,26 @@ samples each source gives between the phase boundaries (epoch boundaries include
 
 from __future__ import annotations
 
-import importlib
 import itertools
-import json
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import numpy as np
 from numpy.typing import NDArray
 
+from lightning_resumable_data.cli._config import FORMAT_URL, load_config
 from lightning_resumable_data.cli._dryrun import quiet
-from lightning_resumable_data.cli._errors import DOCS_URL, CliError
-from lightning_resumable_data.cli._format import count, percent, table
+from lightning_resumable_data.cli._errors import CliError
+from lightning_resumable_data.cli._format import phase_start
+from lightning_resumable_data.cli._plan_result import Phase, Plan
+from lightning_resumable_data.cli._plan_text import format_plan
 from lightning_resumable_data.index.mixture import mixture_probabilities
 from lightning_resumable_data.lightning.plan import PlanConfig
-from lightning_resumable_data.samplers.mixture import MixturePhase, MixtureSampler
+from lightning_resumable_data.samplers.mixture import MixtureSampler
+from lightning_resumable_data.samplers.schedule import phase_dict
 
 __all__ = ["Phase", "Plan", "format_plan", "load_config", "make_plan"]
 
-_FORMAT_URL: Final = f"{DOCS_URL}cli/#lrd-plan"
 _EXACT_EPOCHS: Final = 2000  # beyond this, identical epochs are counted once and multiplied
-
-
-# -- the config ------------------------------------------------------------------------------
-
-
-def _parse(path: Path) -> object:
-    if not path.is_file():
-        what = "is a directory, not a config file" if path.is_dir() else "does not exist"
-        raise CliError(
-            f"{path} {what}", hint=f"pass a YAML or JSON mixture config ({_FORMAT_URL})."
-        )
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise CliError(f"cannot read {path}: {error}", hint="pass a UTF-8 text file.") from None
-    if path.suffix.lower() == ".json":
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as error:
-            raise CliError(
-                f"{path} is not valid JSON: {error.msg} at line {error.lineno}, column "
-                f"{error.colno}",
-                hint="fix the syntax, or use YAML (.yaml).",
-            ) from None
-    yaml: Any = importlib.import_module("yaml")  # PyYAML, a dependency of lightning
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        problem = getattr(error, "problem", None) or "syntax error"
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise CliError(
-            f"{path} is not valid YAML: {problem}{where}",
-            hint="check the indentation and the colons; JSON files need a .json suffix.",
-        ) from None
-
-
-def load_config(path: Path) -> PlanConfig:
-    """Read a plan config.
-
-    Raises:
-        CliError: A missing or unparsable file, or a config the package refuses (an unknown
-            or missing key, a bad value, phases out of order: the package's own message).
-    """
-    raw = _parse(path)
-    try:
-        return PlanConfig.from_mapping(raw)
-    except (TypeError, ValueError) as error:
-        raise CliError(f"{path}: {error}", hint=f"the config format: {_FORMAT_URL}") from None
-
-
-# -- the plan --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Phase:
-    """One row group of the plan: a stretch of steps with constant weights.
-
-    Attributes:
-        index: 0 for the initial weights, then the phases in order.
-        label: ``"initial"``, ``"start_step N"`` or ``"start_epoch N"``.
-        start: First step (optimizer steps).
-        stop: One past the last step, at most ``max_steps``.
-        samples: Global samples read in the phase.
-        temperature: Temperature of the weights.
-        weights: The weights as configured.
-        shares: Probabilities after temperature.
-        drawn: Samples drawn from each source in the phase.
-    """
-
-    index: int
-    label: str
-    start: int
-    stop: int
-    samples: int
-    temperature: float
-    weights: Mapping[str, float]
-    shares: Mapping[str, float]
-    drawn: Mapping[str, int]
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What a run of the config draws.
-
-    Attributes:
-        name: Where the config came from (for messages).
-        config: The config.
-        max_steps: Optimizer steps of the run.
-        batches_per_epoch: Full batches per rank in a mixture epoch.
-        epoch_length: Global samples of a mixture epoch.
-        phases: The phases, in order.
-        drawn: Samples drawn per source over the whole run.
-        notes: Facts worth knowing (a ragged epoch end, a phase never reached, ...).
-        exact: Whether every epoch was counted (else identical epochs were multiplied).
-    """
-
-    name: str
-    config: PlanConfig
-    max_steps: int
-    batches_per_epoch: int
-    epoch_length: int
-    phases: tuple[Phase, ...]
-    drawn: Mapping[str, int]
-    notes: tuple[str, ...] = ()
-    exact: bool = True
-    boundaries: tuple[tuple[int, Mapping[str, int]], ...] = field(default=(), repr=False)
-
-    @property
-    def samples_per_step(self) -> int:
-        """Global samples of one optimizer step."""
-        c = self.config
-        return c.batch_size * c.world_size * c.accumulate_grad_batches
-
-    @property
-    def epochs(self) -> float:
-        """Mixture epochs the run covers."""
-        c = self.config
-        return self.max_steps * c.accumulate_grad_batches / self.batches_per_epoch
-
-    def source_epochs(self, name: str) -> float:
-        """Passes over a source: samples drawn from it over its size."""
-        size = self.config.sources[name]
-        return self.drawn[name] / size if size else 0.0
-
-    def to_json(self) -> dict[str, Any]:
-        """The plan as JSON-serialisable data."""
-        c = self.config
-        return {
-            "config": self.name,
-            "batch_size": c.batch_size,
-            "world_size": c.world_size,
-            "accumulate_grad_batches": c.accumulate_grad_batches,
-            "max_steps": self.max_steps,
-            "samples_per_step": self.samples_per_step,
-            "samples_per_epoch": self.epoch_length,
-            "batches_per_epoch": self.batches_per_epoch,
-            "epochs": self.epochs,
-            "exact": self.exact,
-            "phases": [
-                {
-                    "index": p.index,
-                    "label": p.label,
-                    "steps": [p.start, p.stop],
-                    "samples": p.samples,
-                    "temperature": p.temperature,
-                    "weights": dict(p.weights),
-                    "shares": dict(p.shares),
-                    "drawn": dict(p.drawn),
-                }
-                for p in self.phases
-            ],
-            "sources": {
-                n: {"size": s, "drawn": self.drawn[n], "epochs": self.source_epochs(n)}
-                for n, s in c.sources.items()
-            },
-            "notes": list(self.notes),
-        }
 
 
 class _Counter:
@@ -233,10 +73,8 @@ class _Counter:
         return self._epochs(0, epoch) + self._counts(epoch, within * self.step_samples)
 
 
-def _label(phase: MixturePhase) -> str:
-    if phase.start_step is not None:
-        return f"start_step {phase.start_step}"
-    return f"start_epoch {phase.start_epoch}"
+def _named(names: list[str], values: NDArray[np.generic]) -> dict[str, int]:
+    return {name: int(value) for name, value in zip(names, values, strict=True)}
 
 
 def make_plan(config: PlanConfig, name: str = "config") -> Plan:
@@ -253,7 +91,7 @@ def make_plan(config: PlanConfig, name: str = "config") -> Plan:
             module = config.datamodule()
             sampler = module.train_dataloader().position_sampler
         except (ValueError, TypeError) as error:
-            raise CliError(f"{name}: {error}", hint=f"the config format: {_FORMAT_URL}") from None
+            raise CliError(f"{name}: {error}", hint=f"the config format: {FORMAT_URL}") from None
     assert isinstance(sampler, MixtureSampler)
     batches = len(module.train_dataloader())  # per epoch, a short last batch included
     step_samples = config.batch_size * config.world_size
@@ -269,7 +107,7 @@ def make_plan(config: PlanConfig, name: str = "config") -> Plan:
     ]
     initial = config.weights or {n: float(size) for n, size in config.sources.items()}
     settings = [(dict(initial), config.temperature, "initial")] + [
-        (dict(p.weights), p.temperature, _label(p)) for p in config.phases
+        (dict(p.weights), p.temperature, phase_start(phase_dict(p))) for p in config.phases
     ]
     edges = sorted({min(s, total) for s in starts} | {total})
     cumulative = {edge: counter.before(edge) for edge in edges}
@@ -291,7 +129,7 @@ def make_plan(config: PlanConfig, name: str = "config") -> Plan:
                 temperature=temperature,
                 weights=weights,
                 shares=dict(zip(names, probs.tolist(), strict=True)),
-                drawn=dict(zip(names, (int(v) for v in drawn), strict=True)),
+                drawn=_named(names, drawn),
             )
         )
     ragged = len(sampler) % config.batch_size
@@ -309,7 +147,6 @@ def make_plan(config: PlanConfig, name: str = "config") -> Plan:
             f"the run spans {epochs} epochs: epochs with the same weights were counted once "
             "and multiplied, so the counts may be off by a few samples per epoch."
         )
-    drawn_total = counter.before(total)
     return Plan(
         name=name,
         config=config,
@@ -317,60 +154,8 @@ def make_plan(config: PlanConfig, name: str = "config") -> Plan:
         batches_per_epoch=batches,
         epoch_length=sampler.epoch_length,
         phases=tuple(phases),
-        drawn=dict(zip(names, (int(v) for v in drawn_total), strict=True)),
+        drawn=_named(names, cumulative[total]),
         notes=tuple(notes),
         exact=counter.exact,
-        boundaries=tuple(
-            (-(-edge // acc), dict(zip(names, (int(v) for v in cumulative[edge]), strict=True)))
-            for edge in edges
-        ),
+        boundaries=tuple((-(-edge // acc), _named(names, cumulative[edge])) for edge in edges),
     )
-
-
-# -- output ----------------------------------------------------------------------------------
-
-
-def format_plan(plan: Plan) -> str:
-    """The plan as text: a header, the phase table and the source table."""
-    c = plan.config
-    acc = f" x {c.accumulate_grad_batches} accumulated" if c.accumulate_grad_batches > 1 else ""
-    steps_per_epoch = plan.batches_per_epoch / c.accumulate_grad_batches
-    lines = [
-        f"plan         {plan.name}: {len(c.sources)} sources, {count(plan.max_steps)} steps",
-        f"step         batch {c.batch_size} x {c.world_size} ranks{acc} = "
-        f"{count(plan.samples_per_step)} samples "
-        f"({count(plan.max_steps * plan.samples_per_step)} in all)",
-        f"epoch        {count(plan.epoch_length)} samples = {steps_per_epoch:g} steps; the run "
-        f"covers {plan.epochs:.2f} epochs",
-        "",
-    ]
-    rows = []
-    for phase in plan.phases:
-        steps = f"{phase.start}-{phase.stop - 1}" if phase.stop > phase.start else "-"
-        for j, name in enumerate(c.sources):
-            first = j == 0
-            rows.append(
-                [
-                    str(phase.index) if first else "",
-                    phase.label if first else "",
-                    steps if first else "",
-                    count(phase.samples) if first else "",
-                    f"{phase.temperature:g}" if first else "",
-                    name,
-                    f"{phase.weights[name]:g}",
-                    percent(phase.shares[name]),
-                    count(phase.drawn[name]),
-                ]
-            )
-    header = ["phase", "start", "steps", "samples", "temp", "source", "weight", "share", "drawn"]
-    lines.extend(table(header, rows, right=(3, 6, 7, 8)))
-    lines.append("")
-    source_rows = [
-        [name, count(size), count(plan.drawn[name]), f"{plan.source_epochs(name):.2f}"]
-        for name, size in c.sources.items()
-    ]
-    lines.extend(table(["source", "size", "drawn", "epochs of source"], source_rows, (1, 2, 3)))
-    if plan.notes:
-        lines.append("")
-        lines.extend(f"note: {note}" for note in plan.notes)
-    return "\n".join(lines)
