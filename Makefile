@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 # into the venv where npm is; without npm (or if the install fails) the Azure tests skip.
 AZURITE := $(VENV)/azurite/node_modules/.bin/azurite-blob
 
-.PHONY: setup demo test lint typecheck unit docs bench clean soak torchdata-suite mutate
+.PHONY: setup demo test quick lint typecheck unit docs bench clean soak torchdata-suite mutate
 
 setup: $(STAMP) $(AZURITE)
 
@@ -43,9 +43,14 @@ unit: setup
 
 docs: setup
 	$(PY) benchmarks/tables.py --check
+	$(PY) docs/make_architecture.py --check
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir site
 
 test: lint typecheck unit docs
+
+# The inner loop (CONTRIBUTING.md): no multi-process runs, none of the slow tests.
+quick: setup
+	$(PY) -m pytest -q -m "not distributed and not slow" -p no:randomly
 
 bench: setup
 	$(PY) benchmarks/bench_sampler.py

@@ -1,3 +1,4 @@
+# size: a DataLoader subclass: torch's 20 arguments and their docs are a third of it
 """The stateful data loader: a small, global, rank-independent position and an O(1) resume.
 
 Built as a subclass of torchdata's ``StatefulDataLoader`` (so it is accepted wherever that

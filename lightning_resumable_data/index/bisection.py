@@ -1,3 +1,4 @@
+# size: three vectorised walks (shared, dense, solo) kept side by side: each checks the others
 """A random binary sequence with exact totals and random access: the bisection tree.
 
 A sequence of ``length`` positions holds exactly ``ones`` ones. It is the leaf row of the
