@@ -47,6 +47,27 @@ def test_bisection_of_huge_lengths_agrees_with_itself(start: int, stride: int) -
     assert (np.diff(before) <= np.diff(positions)).all()
 
 
+@pytest.mark.parametrize("length", [2**17 + 2**16 - 1, 5 * 2**16 - 1, 3 * 2**17 - 1])
+def test_a_sparse_batch_agrees_with_the_whole_sequence_past_the_pivot_levels(length: int) -> None:
+    """Many scattered positions (walked from the root together) read the same bits.
+
+    Lengths of m * 2**k - 1 above 2**17 put a ragged last node below the cached pivot
+    levels; mutation testing found its split unchecked there.
+    """
+    ones = length // 3
+    bits, before = Bisection(length, ones, (0,)).locate(np.arange(length))
+    picked = np.unique(np.random.default_rng(0).integers(0, length, 3000))
+    got_bits, got_before = Bisection(length, ones, (0,)).locate(picked)
+    np.testing.assert_array_equal(got_bits, bits[picked])
+    np.testing.assert_array_equal(got_before, before[picked])
+
+
+def test_bisection_refuses_an_empty_sequence_and_more_ones_than_positions() -> None:
+    for length, ones in [(0, 0), (4, 5), (4, -1)]:
+        with pytest.raises(ValueError, match="need length >= 1 and 0 <= ones <= length"):
+            Bisection(length, ones, (0,))
+
+
 @given(size=st.integers(1, 300), passes=st.integers(1, 4), key=st.integers(0, 2**64 - 1))
 @settings(max_examples=60, deadline=None)
 def test_every_pass_is_a_permutation_and_any_draw_is_random_access(
