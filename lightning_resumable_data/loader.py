@@ -9,7 +9,6 @@ counts; how it saves and restores is its resume strategy's (:mod:`lightning_resu
 
 from __future__ import annotations
 
-import functools
 import itertools
 import warnings
 import weakref
@@ -242,15 +241,17 @@ class StatefulDataLoader(_TorchdataLoader[T_co]):
                 self.batch_sampler.drop_last,
             )
             object.__setattr__(self, "batch_sampler", fast)  # DataLoader forbids a plain set
+        # The fallback's state is torchdata's own. The strategy reaches this loader weakly:
+        # a cycle would keep a loader (and its workers) alive until the garbage collector runs.
+        me = _Weak(self)
         return choose_strategy(
             self.position_sampler,
             layout,
             strict,
             batch_sampler=self.batch_sampler,
             skips_batches=custom_batches,
-            # The fallback's state is torchdata's own (a reference back to this loader).
-            native_state=functools.partial(_TorchdataLoader.state_dict, self),
-            native_load=functools.partial(_TorchdataLoader.load_state_dict, self),
+            native_state=lambda: _TorchdataLoader.state_dict(me()),
+            native_load=lambda state: _TorchdataLoader.load_state_dict(me(), state),
         )
 
     @property
@@ -533,3 +534,16 @@ class StatefulDataLoader(_TorchdataLoader[T_co]):
                 f"max_epochs={self.max_epochs}. It belongs to a longer run; raise max_epochs "
                 "to continue it."
             )
+
+
+class _Weak:
+    """A weak reference to a loader that raises, rather than returns ``None``, once it is gone."""
+
+    def __init__(self, loader: StatefulDataLoader[Any]) -> None:
+        self._ref = weakref.ref(loader)
+
+    def __call__(self) -> StatefulDataLoader[Any]:
+        loader = self._ref()
+        if loader is None:
+            raise ReferenceError("the StatefulDataLoader of this resume strategy is gone")
+        return loader

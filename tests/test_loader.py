@@ -411,3 +411,31 @@ def test_resume_work_does_not_grow_with_the_position(monkeypatch: pytest.MonkeyP
         assert first == order[::8].tolist()  # the documented positions, from the resume on
     assert work[32 * 10**2] == work[32 * 10**11]  # indices computed and samples loaded
     assert work[32 * 10**2][1] == 4  # only the batch it returns
+
+
+@pytest.mark.parametrize("mode", ["position", "skip", "torchdata"])
+def test_a_dropped_loader_is_freed_at_once_in_every_resume_mode(mode: str) -> None:
+    """No reference cycle through the resume strategy: a loader (and the workers of its
+    live iterator) goes when its last reference does, not when the garbage collector runs
+    (a cycle kept torchdata's worker processes alive until interpreter exit)."""
+    import gc
+    import weakref
+
+    from lightning_resumable_data import ReproducibleShuffleSampler
+
+    samplers = {
+        "position": lambda: DistributedSampler(range(8), num_replicas=1, rank=0),
+        "skip": lambda: ReproducibleShuffleSampler(range(8), seed=0),
+        "torchdata": lambda: torch.utils.data.SequentialSampler(range(8)),
+    }
+    gc.disable()
+    try:
+        loader = StatefulDataLoader(range(8), batch_size=2, sampler=samplers[mode]())
+        assert loader.resume_mode == mode
+        next(iter(loader))
+        loader.load_state_dict(loader.state_dict())
+        ref = weakref.ref(loader)
+        del loader
+        assert ref() is None
+    finally:
+        gc.enable()

@@ -49,7 +49,10 @@ class BarRecorder(pl.Callback):
 
     def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
         bar = trainer.progress_bar_callback.train_progress_bar  # type: ignore[union-attr]
-        line = {"total": bar.total, "n": bar.n, "title": bar.desc}
+        if hasattr(bar, "n"):  # tqdm's bar: Lightning's default
+            line = {"total": bar.total, "n": bar.n, "title": bar.desc}
+        else:  # a rich Task: Lightning's default where the rich package is installed
+            line = {"total": bar.total, "n": int(bar.completed), "title": bar.description}
         with (self.out / "bar.jsonl").open("a") as f:
             f.write(json.dumps(line) + "\n")
 
