@@ -20,11 +20,40 @@ import os
 import tempfile
 from typing import Any
 
+import pytest
 from hypothesis import settings
 from sybil import Sybil
 from sybil.parsers.markdown import PythonCodeBlockParser, SkipParser
 
 collect_ignore_glob = ["docs/*.py"]  # the docs' build helpers are not tests
+
+# `make quick` leaves out the tests marked `slow`: these files train Lightning models, start
+# servers or processes, or run a campaign. Marked by path, so a test added to one is too.
+SLOW_PATHS = (
+    "README.md",
+    "docs/",
+    "tests/faults/",
+    "tests/matrix/",
+    "tests/torchdata_suite/",
+    "tests/test_datamodule",
+    "tests/test_doc_snippets_resume.py",
+    "tests/test_documents_resume.py",
+    "tests/test_examples.py",
+    "tests/test_fabric.py",
+    "tests/test_index_statistics.py",
+    "tests/test_lightning",
+    "tests/test_mixing_resume.py",
+    "tests/test_online_mixing.py",
+    "tests/test_remote_",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the tests of :data:`SLOW_PATHS` ``slow``."""
+    root = str(config.rootpath) + os.sep
+    for item in items:
+        if str(item.path).removeprefix(root).startswith(SLOW_PATHS):
+            item.add_marker(pytest.mark.slow)
 
 settings.register_profile("replay", derandomize=True, database=None)
 settings.register_profile("explore", derandomize=False)
