@@ -55,6 +55,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if str(item.path).removeprefix(root).startswith(SLOW_PATHS):
             item.add_marker(pytest.mark.slow)
 
+
 settings.register_profile("replay", derandomize=True, database=None)
 settings.register_profile("explore", derandomize=False)
 _SOAK = os.environ.get("LRD_SOAK", "") not in ("", "0")

@@ -377,3 +377,44 @@ def test_seed_plus_epoch_past_torchs_range_is_explained() -> None:
         sampler.set_epoch(1)
     with pytest.raises(ValueError, match=r"seed=18446744073709551616 must be in \[-2\*\*63, 2"):
         DistributedSampler(range(5), num_replicas=1, rank=0, seed=2**64)
+
+
+# Found by mutation testing of samplers/ (tests/MUTATION.md): drop_last=True in the
+# position arithmetic, the end-of-epoch boundary and the seed range of a loaded state.
+
+
+def test_samples_left_drops_the_ragged_tail_with_drop_last() -> None:
+    def left(drop_last: bool, consumed: int) -> int:
+        sampler = DistributedSampler(range(10), 3, 0, shuffle=False, drop_last=drop_last)
+        return sampler.samples_left(consumed)
+
+    assert [left(True, c) for c in (0, 3, 9)] == [3, 2, 0]
+    assert [left(False, c) for c in (0, 3, 9)] == [4, 3, 1]
+
+
+def test_a_state_past_the_drop_last_end_of_its_epoch_is_refused() -> None:
+    sampler = DistributedSampler(range(10), 3, 0, drop_last=True)  # 9 samples an epoch
+    state = sampler.state_at(0, 9)
+    DistributedSampler(range(10), 3, 0, drop_last=True).load_state_dict(state)
+    state["consumed"] = 10
+    with pytest.raises(StateMismatchError, match=r"consumed=10 is past the end .*at most 9"):
+        DistributedSampler(range(10), 3, 0, drop_last=True).load_state_dict(state)
+
+
+def test_the_end_of_an_epoch_is_restated_in_a_narrower_drop_last_layout() -> None:
+    """10 samples, drop_last: 2 ranks end at 10, 3 ranks at 9; a state saved at the end on
+    2 ranks resumes on 3 at their end (9), so the state they save loads again."""
+    saved = DistributedSampler(range(10), 2, 0, drop_last=True).state_at(0, 10)
+    resumed = DistributedSampler(range(10), 3, 0, drop_last=True)
+    resumed.load_state_dict(saved)
+    assert resumed.state_dict()["consumed"] == 9
+    assert list(resumed) == []
+
+
+def test_a_state_whose_epoch_takes_the_seed_past_2_64_is_refused() -> None:
+    seed = 2**64 - 3
+    state = DistributedSampler(range(8), 1, 0, seed=seed).state_at(2, 0)  # seed + 2 is fine
+    DistributedSampler(range(8), 1, 0, seed=seed).load_state_dict(state)
+    state["epoch"] = 3  # seed + 3 == 2**64: past torch's seed range
+    with pytest.raises(StateMismatchError, match=r"epoch=3 with seed=.* exceeds 2\*\*64 - 1"):
+        DistributedSampler(range(8), 1, 0, seed=seed).load_state_dict(state)
