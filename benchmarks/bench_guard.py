@@ -34,9 +34,9 @@ def check_once(
     guard: PositionGuard, loader: StatefulDataLoader, trainer: pl.Trainer, batch: int
 ) -> None:
     """What the callback does per batch (the loader's queue refilled to one entry)."""
-    handed = loader._strategy.handed
-    assert handed is not None  # a position sampler's loader
-    handed.append(BatchPosition(0, batch * loader.samples_per_step))
+    queue = loader._strategy.handed
+    assert queue is not None  # a position sampler's loader
+    queue.append(BatchPosition(0, batch * loader.samples_per_step))
     handed = loader.take_handed()
     epoch, step_samples = trainer.current_epoch, loader.samples_per_step
     if handed is not None and not guard.matches(handed, epoch, batch, step_samples):

@@ -423,14 +423,15 @@ def test_a_dropped_loader_is_freed_at_once_in_every_resume_mode(mode: str) -> No
 
     from lightning_resumable_data import ReproducibleShuffleSampler
 
-    samplers = {
+    samplers: dict[str, Any] = {
         "position": lambda: DistributedSampler(range(8), num_replicas=1, rank=0),
         "skip": lambda: ReproducibleShuffleSampler(range(8), seed=0),
         "torchdata": lambda: torch.utils.data.SequentialSampler(range(8)),
     }
     gc.disable()
     try:
-        loader = StatefulDataLoader(range(8), batch_size=2, sampler=samplers[mode]())
+        sampler = samplers[mode]()
+        loader = StatefulDataLoader(range(8), batch_size=2, sampler=sampler)
         assert loader.resume_mode == mode
         next(iter(loader))
         loader.load_state_dict(loader.state_dict())
