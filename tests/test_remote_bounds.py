@@ -265,24 +265,31 @@ def test_a_stateful_loader_around_a_sharded_sampler_pins_the_shards(
     from lightning_resumable_data import ResumeWarning, StatefulDataLoader, StateMismatchError
     from lightning_resumable_data.shards import DistributedShardedDataset
 
+    datasets: list[DistributedShardedDataset[Any]] = []
+
     def loader(strict: bool) -> StatefulDataLoader[Any]:
         cache = ShardCache(tmp_path / f"c{strict}", storage_options=s3["options"])
         dataset = DistributedShardedDataset(open_token_shards(s3["url"], cache=cache), seed=2)
+        datasets.append(dataset)
         sampler = dataset.sampler(num_replicas=1, rank=0)
         return StatefulDataLoader(dataset, batch_size=4, sampler=sampler, strict_resume=strict)
 
-    first = loader(True)
-    batches = iter(first)
-    for _ in range(3):
-        next(batches)
-    state = first.state_dict()
-    assert set(state["sampler"]["pins"]) == {f"shard_{i:05d}.bin" for i in range(SHARDS)}
+    try:
+        first = loader(True)
+        batches = iter(first)
+        for _ in range(3):
+            next(batches)
+        state = first.state_dict()
+        assert set(state["sampler"]["pins"]) == {f"shard_{i:05d}.bin" for i in range(SHARDS)}
 
-    data = bytearray((s3["local"] / "shard_00002.bin").read_bytes())
-    data[:2] = b"\xff\xff"
-    s3["fs"].pipe(f"{s3['url']}/shard_00002.bin", bytes(data))
-    with pytest.raises(StateMismatchError, match=r"'shard_00002\.bin' was etag="):
-        loader(True).load_state_dict(state)
-    lenient = loader(False)
-    with pytest.warns(ResumeWarning, match="shard_00002"):
-        lenient.load_state_dict(state)
+        data = bytearray((s3["local"] / "shard_00002.bin").read_bytes())
+        data[:2] = b"\xff\xff"
+        s3["fs"].pipe(f"{s3['url']}/shard_00002.bin", bytes(data))
+        with pytest.raises(StateMismatchError, match=r"'shard_00002\.bin' was etag="):
+            loader(True).load_state_dict(state)
+        lenient = loader(False)
+        with pytest.warns(ResumeWarning, match="shard_00002"):
+            lenient.load_state_dict(state)
+    finally:  # stop the shard prefetch while the server is up: a download left running
+        for dataset in datasets:  # past the server's end retries, and holds up exit
+            dataset.close()
