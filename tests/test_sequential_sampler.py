@@ -224,3 +224,28 @@ def test_works_under_a_multi_worker_data_loader() -> None:
     batches = [batch.tolist() for (batch,) in loader]
     assert batches == [[103, 104, 105], [106, 107, 108], [109]]
     assert sampler.index == 10
+
+
+# Found by mutation testing of samplers/ (tests/MUTATION.md): the attributes llm-pytorch's
+# sampler has, and the class named in the errors of its constructor.
+
+
+def test_keeps_llm_pytorchs_attributes() -> None:
+    """data_length and start_index are the constructor's, as on llm-pytorch's sampler."""
+    sampler = ResumableSequentialSampler(range(6), start_index=4)
+    assert (sampler.data_length, sampler.start_index) == (6, 4)
+    assert list(sampler) == [4, 5]
+    assert (sampler.data_length, sampler.start_index) == (6, 4)
+
+
+@pytest.mark.parametrize(
+    ("data_source", "match"),
+    [
+        (iter(range(5)), r"^ResumableSequentialSampler needs a map-style dataset with __len__"),
+        (range(0), r"^ResumableSequentialSampler got an empty dataset"),
+    ],
+)
+def test_errors_about_the_data_source_name_the_sampler(data_source: Any, match: str) -> None:
+    """An unsized or empty data source is refused by an error that names the sampler."""
+    with pytest.raises((TypeError, ValueError), match=match):
+        ResumableSequentialSampler(data_source)

@@ -7,6 +7,7 @@ while an iterator is live, and a torchdata-saved state resumed by ours mid-run.
 
 from __future__ import annotations
 
+import inspect
 import itertools
 from typing import Any
 
@@ -46,10 +47,9 @@ def ids(batches: Any) -> list[list[int]]:
 
 
 def test_every_torchdata_argument_is_accepted() -> None:
-    theirs = TorchdataLoader.__init__.__code__
-    ours = StatefulDataLoader.__init__.__code__
-    names = theirs.co_varnames[: theirs.co_argcount + theirs.co_kwonlyargcount]
-    assert set(names) <= set(ours.co_varnames[: ours.co_argcount + ours.co_kwonlyargcount])
+    theirs = inspect.signature(TorchdataLoader.__init__).parameters
+    ours = inspect.signature(StatefulDataLoader.__init__).parameters
+    assert set(theirs) <= set(ours)
     loader = StatefulDataLoader(Rows(4), batch_size=2, snapshot_every_n_steps=5)
     assert ids(loader) == [[0, 1], [2, 3]]
 

@@ -52,19 +52,20 @@ class Recompute:
         start: int,
         limit: int | None,
         count: BatchCount,
-        at: RankPosition,
     ) -> Iterator[list[int]]:
         """Yield ``batches(start, limit)``; after a change inside the computed order, restarted.
 
         A restart computes this rank's order again from the first sample not handed out:
-        one check per batch, no work per index.
+        one check per batch, no work per index. The start is this iteration's own, not the
+        sampler's: a ``set_epoch`` between two batches resets the sampler's position but
+        not the iterator already handed out.
         """
         current = batches(start, limit)
         self.restart = False
         while True:
             if self.restart:
                 self.restart = False
-                handed, start = count.yielded, at.started_at + count.yielded * self.world
+                handed, start = count.yielded, start + count.yielded * self.world
                 count.produced = count.yielded = 0
                 limit = None if limit is None else limit - handed
                 current = batches(start, limit)

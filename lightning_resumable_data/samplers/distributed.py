@@ -170,6 +170,8 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
         ``set_epoch`` — Lightning's epoch counter can lag the data's by one after a resume at
         an epoch's end — must not move the order under it.
         """
+        epoch = check_non_negative_int("epoch", epoch)
+        check_epoch_seed(epoch, self.seed)  # refused before anything changes
         self._epoch_locked = False
         if epoch != self.epoch:
             self._position.resume_at = 0  # the loader moved past a restored position: no warning

@@ -231,7 +231,7 @@ class MixtureSampler(DistributedSampler):
         def batches(begin: int, most: int | None) -> Iterator[list[int]]:
             return base(epoch, begin, count, batch_size, drop_last, most)
 
-        return self._recompute.batches(batches, start, limit, count, self._position)
+        return self._recompute.batches(batches, start, limit, count)
 
     def _chunk_size(self) -> int:
         return RANK_CHUNK
