@@ -130,6 +130,9 @@ def test_callback_arguments_are_checked() -> None:
         ResumableDataCallback(seed_training="yes")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="training_seed=-1 must be an int in"):
         ResumableDataCallback(training_seed=-1)
+    for bad in (True, 1.5, "5", 2**64):
+        with pytest.raises(ValueError, match=r"must be an int in \[0, 2\*\*64\)"):
+            ResumableDataCallback(training_seed=bad)  # type: ignore[arg-type]
 
 
 # -- in-process Trainer runs: what the callback overrides, and when -------------------------
@@ -210,6 +213,52 @@ def test_opt_out_leaves_the_generators_alone(tmp_path: Path) -> None:
         expected = state
 
 
+def test_an_opted_out_resume_of_a_seeded_run_leaves_the_generators_alone(tmp_path: Path) -> None:
+    """seed_training=False never touches the generators, even resuming a seeded checkpoint."""
+    pl.seed_everything(1)
+    _fit(tmp_path / "a", None)  # seeded: the checkpoint holds a training seed
+    model = _Recorder()
+    expected = _state()
+    _fit(
+        tmp_path / "b",
+        ResumableDataCallback(seed_training=False),
+        ckpt=str(tmp_path / "a" / "step=2.ckpt"),
+        model=model,
+    )
+    assert len(model.states) == 4  # steps 2 and 3
+    for kind, _, state in model.states:
+        if kind == "start":
+            assert state == expected  # what the previous step left: nothing reseeded
+        expected = state
+
+
+def test_without_a_resumable_datamodule_the_training_seed_is_zero(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Your own loader and the callback: the training seed defaults to 0 (no DataModule seed)."""
+    from lightning_resumable_data import DistributedSampler, StatefulDataLoader
+
+    monkeypatch.delenv("PL_GLOBAL_SEED", raising=False)  # no seed_everything seed to key in
+    model = _Recorder()
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        max_steps=2,
+        callbacks=[ResumableDataCallback()],
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        default_root_dir=tmp_path,
+    )
+    data = list(range(16))
+    trainer.fit(model, StatefulDataLoader(data, batch_size=4, sampler=DistributedSampler(data)))
+    starts = [(step, state) for kind, step, state in model.states if kind == "start"]
+    assert len(starts) == 2
+    for step, state in starts:
+        seed_training_step(0, 0, step)
+        assert state == _state()
+
+
 def test_seed_everything_sweeps_still_vary_and_a_resume_keeps_the_saved_seed(
     tmp_path: Path,
 ) -> None:
@@ -254,3 +303,54 @@ def test_fabric_loop_resumes_to_bit_identical_parameters(tmp_path: Path) -> None
     uninterrupted = train(stop=4, resume=False)
     resumed = train(stop=None, resume=True)
     assert all(torch.equal(uninterrupted[k], resumed[k]) for k in uninterrupted)
+
+
+class _ManualRecorder(_Recorder):
+    """Manual optimization: steps the optimizer every second batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+
+    def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
+        self.states.append(("start", self.global_step, _state()))
+        optimizer = self.optimizers()
+        assert isinstance(optimizer, pl.core.optimizer.LightningOptimizer)
+        loss: torch.Tensor = self.layer(batch.float().view(-1, 1).repeat(1, 2)).mean()
+        self.manual_backward(loss)
+        if batch_idx % 2 == 1:
+            optimizer.step()
+            optimizer.zero_grad()
+        return loss
+
+
+@pytest.mark.parametrize("manual", [False, True], ids=["accumulate", "manual"])
+def test_each_batch_draws_from_its_documented_key(tmp_path: Path, manual: bool) -> None:
+    """Every training batch is seeded from (training seed, global step, rank, micro-batch).
+
+    The micro-batch is the batch's index within its optimizer step under
+    ``accumulate_grad_batches``; under manual optimization, its index in the epoch
+    (docs/randomness.md). The expected states come from ``step_seeds`` of that key.
+    """
+    model = _ManualRecorder() if manual else _Recorder()
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        max_epochs=1,
+        accumulate_grad_batches=1 if manual else 2,
+        callbacks=[ResumableDataCallback(training_seed=11)],
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        num_sanity_val_steps=0,
+        default_root_dir=tmp_path,
+    )
+    trainer.fit(model, datamodule=ResumableDataModule(range(24), batch_size=4, seed=6))
+    starts = [state for kind, _, state in model.states if kind == "start"]
+    steps = [step for kind, step, _ in model.states if kind == "start"]
+    assert steps == [0, 0, 1, 1, 2, 2]  # two batches per optimizer step, either way
+    for batch, state in enumerate(starts):
+        micro = batch if manual else batch % 2
+        seed_training_step(0, 11, steps[batch], micro)
+        assert state == _state(), f"batch {batch}"
+    assert len({state[0] for state in starts}) == len(starts)  # every batch its own draw
