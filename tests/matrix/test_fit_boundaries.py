@@ -97,15 +97,28 @@ def test_a_fit_stopped_mid_epoch_resumed_from_last_trains_every_epoch(
     assert lines == reference
 
 
-@pytest.mark.parametrize("last_every", [0, 16])
-@pytest.mark.parametrize("stop", ["max_steps", "should_stop"])
+@pytest.mark.parametrize(
+    ("stop", "last_every", "stops"),
+    [
+        ("max_steps", 0, (10, 22, 40)),
+        ("max_steps", 16, (10, 22, 40)),
+        ("should_stop", 0, (10, 22, 40)),
+        ("should_stop", 16, (10, 22, 40)),
+        # at the last batch of epochs 0 and 1: the second stop's checkpoint is that of an
+        # epoch Lightning, resumed from the previous epoch's last batch, never counted as
+        # started (checkpoint_counters.match_epoch_counters' second case)
+        ("max_steps", 16, (16, 32)),
+    ],
+    ids=lambda value: "-".join(map(str, value)) if isinstance(value, tuple) else str(value),
+)
 def test_a_job_stopped_three_times_trains_every_epoch_once(
-    runs: Runs, stop: str, last_every: int
+    runs: Runs, stop: str, last_every: int, stops: tuple[int, ...]
 ) -> None:
-    """Stops at steps 10, 22 and 40 (epochs 0, 1, 2), each resumed with ``ckpt_path="last"``."""
-    out = runs.root / f"stops-{stop}-{last_every}"
+    """Stopped at ``stops`` (e.g. steps 10, 22 and 40: epochs 0, 1, 2), each leg resumed with
+    ``ckpt_path="last"``."""
+    out = runs.root / f"stops-{stop}-{last_every}-{'-'.join(map(str, stops))}"
     common = ["--max-epochs", "3", "--last", "--last-every", str(last_every), "--callback", "none"]
-    for leg, at in enumerate([10, 22, 40, None]):
+    for leg, at in enumerate([*stops, None]):
         args = [*common]
         if at is not None:
             args += ["--max-steps", str(at)] if stop == "max_steps" else []
