@@ -446,6 +446,33 @@ def test_inspect_says_not_ok_with_the_packages_error(
     assert (fine["resume"]["ok"], fine["resume"]["error"]) == (True, None)
 
 
+def test_inspect_of_a_skip_mode_state_agrees_with_the_package(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """docs/cli.md: `resume.ok` says what the package does, for a skip-mode sampler too.
+
+    A `ResumableSequentialSampler` state resumes on another batch size (the skip counts
+    samples) and is refused on another world size.
+    """
+    # PROMISES.md Cl15
+    from lightning_resumable_data import ResumableSequentialSampler
+
+    data = list(range(12))
+    loader = StatefulDataLoader(data, batch_size=2, sampler=ResumableSequentialSampler(data))
+    batches = iter(loader)
+    next(batches), next(batches)
+    state = loader.state_dict()
+    resumed = StatefulDataLoader(data, batch_size=3, sampler=ResumableSequentialSampler(data))
+    resumed.load_state_dict(state)
+    assert [batch.tolist() for batch in resumed] == [[4, 5, 6], [7, 8, 9], [10, 11]]
+    torch.save({"step": 2, "data": state}, tmp_path / "skip.ckpt")
+    other_batch = _lrd_json(capsys, "inspect", str(tmp_path / "skip.ckpt"), "--batch-size", "3")
+    assert (other_batch["resume"]["ok"], other_batch["resume"]["error"]) == (True, None)
+    other_world = _lrd_json(capsys, "inspect", str(tmp_path / "skip.ckpt"), "--world-size", "2")
+    assert other_world["resume"]["ok"] is False
+    assert "needs the saved world size;" in other_world["resume"]["error"]
+
+
 def _plan(capsys: pytest.CaptureFixture[str], tmp_path: Path, text: str) -> dict[str, Any]:
     config = tmp_path / "plan.yaml"
     config.write_text(text)
