@@ -24,7 +24,7 @@ import torch
 from faults.runner import ForkServer
 from matrix.harness import Runs, ledger
 
-from lightning_resumable_data import ResumableDataCallback
+from lightning_resumable_data import ResumableDataCallback, StateMismatchError
 from lightning_resumable_data.lightning.mixing import OnlineMixer
 
 SCRIPT = Path(__file__).with_name("matrix") / "online_policy.py"
@@ -156,6 +156,18 @@ def test_a_checkpoint_without_the_memory_loads_as_an_empty_one() -> None:
     callback.mixer.load_state_dict({"loss": {"web": 1.0}})
     callback.load_state_dict({"version": 1, "phases": [], "training_seed": 5})
     assert callback.mixer.state_dict() == {}
+
+
+def test_a_callback_state_of_another_version_is_refused_and_nothing_changes() -> None:
+    """The callback's state carries its version; one this package cannot read is refused."""
+    callback = ResumableDataCallback()
+    state = callback.state_dict()
+    assert state["version"] == 1
+    callback.mixer.load_state_dict({"loss": {"web": 2.0}})
+    with pytest.raises(StateMismatchError, match="has version 2, and this version of"):
+        callback.load_state_dict({**state, "version": 2})
+    assert callback.mixer.state_dict() == {"loss": {"web": 2.0}}
+    callback.load_state_dict({key: value for key, value in state.items() if key != "version"})
 
 
 @pytest.mark.parametrize(

@@ -59,12 +59,20 @@ def check_saved_state(state: object, phases: Sequence[MixturePhase], allowed: bo
 
     Raises:
         TypeError: ``state`` is not a dict.
-        StateMismatchError: The phases changed (or were dropped) and that is not allowed.
+        StateMismatchError: The phases changed (or were dropped) and that is not allowed,
+            or a newer version of the package wrote the state.
     """
     if not isinstance(state, dict):
         raise TypeError(
             f"ResumableDataCallback.load_state_dict expected the dict its state_dict() "
             f"wrote, got {type(state).__name__}."
+        )
+    version = state.get("version", _STATE_VERSION)
+    if version != _STATE_VERSION:
+        raise StateMismatchError(
+            f"Cannot resume: the checkpoint's ResumableDataCallback state has version "
+            f"{version!r}, and this version of lightning-resumable-data reads version "
+            f"{_STATE_VERSION}. Resume with the version of the package that wrote it."
         )
     saved = state.get("phases")
     now = [phase_dict(p) for p in phases]
