@@ -64,10 +64,12 @@ soak: setup
 	LRD_SOAK=1 $(PY) -m pytest tests/faults -q
 
 # Mutation testing of the core ([tool.mutmut] in pyproject.toml: index/, samplers/, the loader,
-# the callback). Hours on 2 cores, so not in CI; `mutmut results` lists the survivors.
+# resume/, the callback). Hours on 2 cores, so not in CI; `mutmut results` lists the survivors.
+# PYTHONPATH: the tests that train in a subprocess (tests/matrix, the examples) import the
+# mutated copy too, not the installed package (mutmut passes the mutant in the environment).
 mutate: setup
 	$(PY) -m pip install --quiet "mutmut==3.8.1"
-	$(PY) -m mutmut run
+	PYTHONPATH=$(CURDIR)/mutants $(PY) -m mutmut run
 	$(PY) -m mutmut results
 
 clean:
