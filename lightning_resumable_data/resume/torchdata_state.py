@@ -49,13 +49,17 @@ def read_torchdata_state(state: object) -> TorchdataPosition | None:
     """
     if not isinstance(state, Mapping) or "kind" in state:
         return None
-    batches: Any
+    counts: tuple[Any, ...]
     if isinstance(state.get(_SNAPSHOT), Mapping):
-        batches = state[_SNAPSHOT].get(_SNAPSHOT_STEP, 0) + state.get(_STEPS_SINCE_SNAPSHOT, 0)
+        counts = (state[_SNAPSHOT].get(_SNAPSHOT_STEP, 0), state.get(_STEPS_SINCE_SNAPSHOT, 0))
     elif _NUM_YIELDED in state:
-        batches = state[_NUM_YIELDED]
+        counts = (state[_NUM_YIELDED],)
     else:
         return None
-    if isinstance(batches, bool) or not isinstance(batches, int) or batches < 0:
-        return None
-    return TorchdataPosition(batches=batches, finished=bool(state.get(_FINISHED, False)))
+    if not all(_is_count(count) for count in counts):
+        return None  # checked before adding: "3" or True is not a batch count
+    return TorchdataPosition(batches=sum(counts), finished=bool(state.get(_FINISHED, False)))
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
