@@ -14,14 +14,18 @@ In-process ``Trainer`` runs (CPU, one process) in the exact form of issue report
 from __future__ import annotations
 
 import json
-import warnings
 from pathlib import Path
 from typing import Any
 
-import lightning.pytorch as pl
 import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning_helpers import (
+    IdsModel,
+    every_5_steps,
+    make_trainer,
+    quiet_lightning,  # noqa: F401  (an autouse fixture)
+)
 from torch.utils.data import TensorDataset
 
 from lightning_resumable_data import (
@@ -35,65 +39,21 @@ from lightning_resumable_data.lightning import _alignment as alignment_module
 from lightning_resumable_data.lightning.progress import TrainedBatches
 
 
-class IdsModel(pl.LightningModule):
-    """Records every training batch as (epoch, batch index, sample ids)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.layer = torch.nn.Linear(1, 1)
-        self.seen: list[tuple[int, int, list[int]]] = []
-
-    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-        ids = batch[0] if isinstance(batch, list) else batch
-        self.seen.append((self.current_epoch, batch_idx, ids.tolist()))
-        loss: torch.Tensor = self.layer(ids.float().unsqueeze(1)).mean()
-        return loss
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=0.0)
-
-
-def _trainer(root: Path, *callbacks: pl.Callback, **kwargs: Any) -> pl.Trainer:
-    return pl.Trainer(
-        accelerator="cpu",
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=root,
-        callbacks=list(callbacks),
-        **kwargs,
-    )
-
-
-def _every_5(root: Path) -> ModelCheckpoint:
-    return ModelCheckpoint(
-        dirpath=root / "ckpt", filename="{step}", every_n_train_steps=5, save_top_k=-1
-    )
-
-
-@pytest.fixture(autouse=True)
-def _quiet() -> Any:
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", ".*does not have many workers.*")
-        warnings.filterwarnings("ignore", ".*GPU available.*")
-        yield
-
-
 @pytest.mark.parametrize("limit", [None, 5])
 def test_documented_default_resume_trains_no_batch_twice(tmp_path: Path, limit: int | None) -> None:
     """The issue's reproduction: 120 samples, batch 8, no callback passed, step-5 checkpoint."""
     dataset = TensorDataset(torch.arange(120))
     extra = {} if limit is None else {"limit_train_batches": limit}
     reference = IdsModel()
-    _trainer(tmp_path / "ref", max_epochs=3, **extra).fit(
+    make_trainer(tmp_path / "ref", max_epochs=3, **extra).fit(
         reference, datamodule=ResumableDataModule(dataset, batch_size=8)
     )
     first = IdsModel()
-    _trainer(tmp_path / "a", _every_5(tmp_path / "a"), max_steps=5, **extra).fit(
+    make_trainer(tmp_path / "a", every_5_steps(tmp_path / "a"), max_steps=5, **extra).fit(
         first, datamodule=ResumableDataModule(dataset, batch_size=8)
     )
     resumed = IdsModel()
-    _trainer(tmp_path / "b", max_epochs=3, **extra).fit(
+    make_trainer(tmp_path / "b", max_epochs=3, **extra).fit(
         resumed,
         datamodule=ResumableDataModule(dataset, batch_size=8),
         ckpt_path=tmp_path / "a" / "ckpt" / "step=5.ckpt",
@@ -116,12 +76,12 @@ def test_the_check_fires_on_a_checkpoint_written_one_batch_behind(
         return None if counted is None else max(0, counted - 1)
 
     monkeypatch.setattr(TrainedBatches, "__call__", one_behind)
-    _trainer(tmp_path / "a", _every_5(tmp_path / "a"), max_steps=5).fit(
+    make_trainer(tmp_path / "a", every_5_steps(tmp_path / "a"), max_steps=5).fit(
         IdsModel(), datamodule=ResumableDataModule(dataset, batch_size=8)
     )
     monkeypatch.setattr(TrainedBatches, "__call__", behind)
     with pytest.raises(DataPositionError, match=r"global step 5.*5 batches trained in epoch 0"):
-        _trainer(tmp_path / "b", ResumableDataCallback(verify="raise"), max_epochs=1).fit(
+        make_trainer(tmp_path / "b", ResumableDataCallback(verify="raise"), max_epochs=1).fit(
             IdsModel(),
             datamodule=ResumableDataModule(dataset, batch_size=8),
             ckpt_path=tmp_path / "a" / "ckpt" / "step=5.ckpt",
@@ -135,8 +95,8 @@ def test_the_check_fires_on_a_position_loaded_outside_fit(
     """Defect 2 injected: a checkpoint's position reaches a fit without ckpt_path."""
     dataset = TensorDataset(torch.arange(120))
     datamodule = ResumableDataModule(dataset, batch_size=8)
-    trainer = _trainer(
-        tmp_path, _every_5(tmp_path), ResumableDataCallback(verify="raise"), max_steps=10
+    trainer = make_trainer(
+        tmp_path, every_5_steps(tmp_path), ResumableDataCallback(verify="raise"), max_steps=10
     )
     trainer.fit(IdsModel(), datamodule=datamodule)
     saved = torch.load(tmp_path / "ckpt" / "step=5.ckpt", weights_only=False)
@@ -145,7 +105,7 @@ def test_the_check_fires_on_a_position_loaded_outside_fit(
     if same_trainer:
         trainer.fit_loop.epoch_loop.max_steps = 12
     else:
-        trainer = _trainer(tmp_path / "new", ResumableDataCallback(verify="raise"), max_steps=3)
+        trainer = make_trainer(tmp_path / "new", ResumableDataCallback(verify="raise"), max_steps=3)
     with pytest.raises(DataPositionError, match="does not match the trainer's progress"):
         trainer.fit(IdsModel(), datamodule=datamodule)
 
@@ -158,13 +118,13 @@ def test_evaluating_a_checkpoint_does_not_move_the_next_fit(tmp_path: Path) -> N
     )
     model = IdsModel()
     model.test_step = lambda *args: None  # type: ignore[method-assign]
-    trainer = _trainer(tmp_path, _every_5(tmp_path), max_steps=10)
+    trainer = make_trainer(tmp_path, every_5_steps(tmp_path), max_steps=10)
     trainer.fit(model, datamodule=datamodule)
     trainer.test(model, datamodule=datamodule, ckpt_path=tmp_path / "ckpt" / "step=5.ckpt")
     trainer.fit_loop.epoch_loop.max_steps = 20
     trainer.fit(model, datamodule=datamodule)
     reference = IdsModel()
-    _trainer(tmp_path / "ref", max_steps=20).fit(
+    make_trainer(tmp_path / "ref", max_steps=20).fit(
         reference, datamodule=ResumableDataModule(dataset, batch_size=8)
     )
     assert model.seen == reference.seen
@@ -174,7 +134,7 @@ def _stopped_in_epoch_1(root: Path, model: IdsModel) -> TensorDataset:
     """``max_steps=12`` stops epoch 1 of 64 samples, batch 8, half-way; ``last.ckpt`` saved."""
     dataset = TensorDataset(torch.arange(64))
     last = ModelCheckpoint(dirpath=root / "ckpt", save_last=True)
-    _trainer(root, last, max_epochs=3, max_steps=12).fit(
+    make_trainer(root, last, max_epochs=3, max_steps=12).fit(
         model, datamodule=ResumableDataModule(dataset, batch_size=8)
     )
     return dataset
@@ -195,7 +155,7 @@ def test_the_check_fires_when_a_stopped_epoch_would_count_as_done(
     dataset = _stopped_in_epoch_1(tmp_path, IdsModel())
     _leave_lightning_one_epoch_ahead(monkeypatch)
     with pytest.raises(DataPositionError, match=r"batch 0 of epoch 2.*sample 32 of epoch 1"):
-        _trainer(tmp_path, ResumableDataCallback(verify="raise"), max_epochs=3).fit(
+        make_trainer(tmp_path, ResumableDataCallback(verify="raise"), max_epochs=3).fit(
             IdsModel(),
             datamodule=ResumableDataModule(dataset, batch_size=8),
             ckpt_path=tmp_path / "ckpt" / "last.ckpt",
@@ -206,12 +166,12 @@ def test_a_stopped_epoch_resumed_from_last_is_finished_and_counted(tmp_path: Pat
     """``max_steps`` stops epoch 1 half-way; ``max_epochs=3`` still trains 3 whole epochs."""
     dataset = TensorDataset(torch.arange(64))
     reference = IdsModel()
-    _trainer(tmp_path / "ref", max_epochs=3).fit(
+    make_trainer(tmp_path / "ref", max_epochs=3).fit(
         reference, datamodule=ResumableDataModule(dataset, batch_size=8)
     )
     first, resumed = IdsModel(), IdsModel()
     _stopped_in_epoch_1(tmp_path, first)
-    trainer = _trainer(
+    trainer = make_trainer(
         tmp_path, ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True), max_epochs=3
     )
     trainer.fit(resumed, datamodule=ResumableDataModule(dataset, batch_size=8), ckpt_path="last")
@@ -225,7 +185,7 @@ def test_verify_warn_goes_on_with_one_warning(
     dataset = _stopped_in_epoch_1(tmp_path, IdsModel())
     _leave_lightning_one_epoch_ahead(monkeypatch)
     with pytest.warns(ResumeWarning, match="Data position check failed") as caught:
-        _trainer(tmp_path, ResumableDataCallback(verify="warn"), max_epochs=3).fit(
+        make_trainer(tmp_path, ResumableDataCallback(verify="warn"), max_epochs=3).fit(
             IdsModel(),
             datamodule=ResumableDataModule(dataset, batch_size=8),
             ckpt_path=tmp_path / "ckpt" / "last.ckpt",
@@ -263,11 +223,11 @@ def test_a_position_past_an_int_limit_of_the_new_layout_is_refused_clearly(tmp_p
     every_step = ModelCheckpoint(
         dirpath=tmp_path / "ckpt", filename="{step}", every_n_train_steps=1, save_top_k=-1
     )
-    _trainer(tmp_path, every_step, max_steps=3, limit_train_batches=5).fit(
+    make_trainer(tmp_path, every_step, max_steps=3, limit_train_batches=5).fit(
         IdsModel(), datamodule=ResumableDataModule(dataset, batch_size=8)
     )
     with pytest.raises(StateMismatchError, match="ends an epoch after 20 samples in this layout"):
-        _trainer(tmp_path / "b", max_epochs=2, limit_train_batches=5).fit(
+        make_trainer(tmp_path / "b", max_epochs=2, limit_train_batches=5).fit(
             IdsModel(),
             datamodule=ResumableDataModule(dataset, batch_size=4),
             ckpt_path=tmp_path / "ckpt" / "step=3.ckpt",
@@ -278,5 +238,5 @@ def test_the_callback_over_a_plain_dataloader_says_it_cannot_help(tmp_path: Path
     model = IdsModel()
     loader = torch.utils.data.DataLoader(TensorDataset(torch.arange(16)), batch_size=8)
     with pytest.warns(ResumeWarning, match="found no lightning_resumable_data.StatefulDataLoader"):
-        _trainer(tmp_path, ResumableDataCallback(), max_epochs=1).fit(model, loader)
+        make_trainer(tmp_path, ResumableDataCallback(), max_epochs=1).fit(model, loader)
     assert len(model.seen) == 2

@@ -14,7 +14,12 @@ from typing import Any
 import lightning.pytorch as pl
 import pytest
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning_helpers import IdsModel as RecordingModel
+from lightning_helpers import (
+    every_5_steps,
+    make_trainer,
+    quiet_lightning,  # noqa: F401  (an autouse fixture)
+)
 from torch.utils.data import TensorDataset
 
 from lightning_resumable_data import (
@@ -29,50 +34,16 @@ from lightning_resumable_data.cli import main as lrd_main
 from lightning_resumable_data.seeding import step_seeds
 
 
-class IdsModel(pl.LightningModule):
+class IdsModel(RecordingModel):
     """Records every training batch's sample ids, and one draw from torch's global RNG."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.layer = torch.nn.Linear(1, 1)
-        self.seen: list[tuple[int, int, list[int]]] = []
         self.draws: list[float] = []
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         self.draws.append(float(torch.rand(())))
-        ids = batch[0] if isinstance(batch, list) else batch
-        self.seen.append((self.current_epoch, batch_idx, ids.tolist()))
-        loss: torch.Tensor = self.layer(ids.float().unsqueeze(1)).mean()
-        return loss
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=0.0)
-
-
-def _trainer(root: Path, *callbacks: pl.Callback, **kwargs: Any) -> pl.Trainer:
-    return pl.Trainer(
-        accelerator="cpu",
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=root,
-        callbacks=list(callbacks),
-        **kwargs,
-    )
-
-
-def _every_5(root: Path) -> ModelCheckpoint:
-    return ModelCheckpoint(
-        dirpath=root / "ckpt", filename="{step}", every_n_train_steps=5, save_top_k=-1
-    )
-
-
-@pytest.fixture(autouse=True)
-def _quiet() -> Any:
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", ".*does not have many workers.*")
-        warnings.filterwarnings("ignore", ".*GPU available.*")
-        yield
+        return super().training_step(batch, batch_idx)
 
 
 DATASET = TensorDataset(torch.arange(64))
@@ -81,7 +52,9 @@ DATASET = TensorDataset(torch.arange(64))
 def _position_loaded_outside_fit(root: Path) -> ResumableDataModule:
     """A datamodule holding a step-5 position that no fit restored (a misuse to catch)."""
     datamodule = ResumableDataModule(DATASET, batch_size=8)
-    _trainer(root / "a", _every_5(root / "a"), max_steps=5).fit(IdsModel(), datamodule=datamodule)
+    make_trainer(root / "a", every_5_steps(root / "a"), max_steps=5).fit(
+        IdsModel(), datamodule=datamodule
+    )
     saved = torch.load(root / "a" / "ckpt" / "step=5.ckpt", weights_only=False)
     datamodule.trainer = None
     datamodule.load_state_dict(saved["ResumableDataModule"])
@@ -92,7 +65,7 @@ def test_verify_raise_is_the_default(tmp_path: Path) -> None:
     """docs/lightning.md: It checks itself (`verify="raise"`, the default)."""
     # PROMISES.md L18
     datamodule = _position_loaded_outside_fit(tmp_path)
-    trainer = _trainer(tmp_path / "b", ResumableDataCallback(), max_steps=2)
+    trainer = make_trainer(tmp_path / "b", ResumableDataCallback(), max_steps=2)
     with pytest.raises(DataPositionError, match="does not match the trainer's progress"):
         trainer.fit(IdsModel(), datamodule=datamodule)
 
@@ -104,11 +77,11 @@ def test_verify_off_skips_the_check(tmp_path: Path) -> None:
     model = IdsModel()
     with warnings.catch_warnings():
         warnings.simplefilter("error", ResumeWarning)
-        trainer = _trainer(tmp_path / "b", ResumableDataCallback(verify="off"), max_steps=2)
+        trainer = make_trainer(tmp_path / "b", ResumableDataCallback(verify="off"), max_steps=2)
         trainer.fit(model, datamodule=datamodule)  # neither raises nor warns
     assert len(model.seen) == 2
     reference = IdsModel()
-    _trainer(tmp_path / "ref", max_steps=7).fit(
+    make_trainer(tmp_path / "ref", max_steps=7).fit(
         reference, datamodule=ResumableDataModule(DATASET, batch_size=8)
     )
     assert [ids for _, _, ids in model.seen] != [ids for _, _, ids in reference.seen[:2]]
@@ -122,7 +95,7 @@ def test_an_explicit_training_seed_keys_the_training_draws(tmp_path: Path) -> No
         pl.seed_everything(data_seed + 100, verbose=False)
         model = IdsModel()
         callback = ResumableDataCallback(training_seed=training_seed)
-        _trainer(tmp_path, callback, max_steps=3).fit(
+        make_trainer(tmp_path, callback, max_steps=3).fit(
             model, datamodule=ResumableDataModule(DATASET, batch_size=8, seed=data_seed)
         )
         return model.draws
@@ -145,7 +118,7 @@ def test_seed_everything_leaves_the_data_order_alone(tmp_path: Path) -> None:
     def order(global_seed: int, data_seed: int) -> list[tuple[int, int, list[int]]]:
         pl.seed_everything(global_seed, verbose=False)
         model = IdsModel()
-        _trainer(tmp_path, max_epochs=2).fit(
+        make_trainer(tmp_path, max_epochs=2).fit(
             model, datamodule=ResumableDataModule(DATASET, batch_size=8, seed=data_seed)
         )
         return model.seen
@@ -177,7 +150,7 @@ def test_own_datamodule_with_the_callback_resumes_exactly(
     # PROMISES.md L11, ML9 (kept at the trained batch; epochs end with limit_train_batches)
     extra = {} if limit is None else {"limit_train_batches": limit}
     reference = IdsModel()
-    _trainer(tmp_path / "ref", ResumableDataCallback(), max_epochs=3, **extra).fit(
+    make_trainer(tmp_path / "ref", ResumableDataCallback(), max_epochs=3, **extra).fit(
         reference, datamodule=MyDataModule()
     )
     # The uninterrupted order is the documented one: epoch e is the sampler's epoch e.
@@ -190,10 +163,10 @@ def test_own_datamodule_with_the_callback_resumes_exactly(
         assert len(batches) == (8 if limit is None else 5)
     first, resumed = IdsModel(), IdsModel()
     root = tmp_path / "a"
-    _trainer(root, ResumableDataCallback(), _every_5(root), max_steps=5, **extra).fit(
+    make_trainer(root, ResumableDataCallback(), every_5_steps(root), max_steps=5, **extra).fit(
         first, datamodule=MyDataModule()
     )
-    _trainer(tmp_path / "b", ResumableDataCallback(), max_epochs=3, **extra).fit(
+    make_trainer(tmp_path / "b", ResumableDataCallback(), max_epochs=3, **extra).fit(
         resumed, datamodule=MyDataModule(), ckpt_path=root / "ckpt" / "step=5.ckpt"
     )
     assert first.seen + resumed.seen == reference.seen
@@ -208,7 +181,7 @@ def test_lrd_inspect_finds_a_subclass_state(
 ) -> None:
     """docs/cli.md: the `ResumableDataModule` state (under the class name; subclasses found too)."""
     # PROMISES.md Cl3
-    _trainer(tmp_path, _every_5(tmp_path), max_steps=5).fit(
+    make_trainer(tmp_path, every_5_steps(tmp_path), max_steps=5).fit(
         IdsModel(), datamodule=MyResumableDataModule(DATASET, batch_size=8, seed=3)
     )
     checkpoint = tmp_path / "ckpt" / "step=5.ckpt"
