@@ -18,6 +18,7 @@ import pytest
 import torch
 from lightning.fabric import Fabric
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning_helpers import make_trainer
 
 from lightning_resumable_data import ResumableDataCallback, ResumableDataModule
 from lightning_resumable_data.seeding import (
@@ -177,16 +178,7 @@ def _fit(
     ]
     if callback is not None:
         callbacks.append(callback)
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        max_steps=4,
-        callbacks=callbacks,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        default_root_dir=tmp_path,
-    )
+    trainer = make_trainer(tmp_path, *callbacks, max_steps=4, num_sanity_val_steps=0)
     datamodule = ResumableDataModule(range(16), batch_size=4, seed=6)
     trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt)
     return model
@@ -240,15 +232,8 @@ def test_without_a_resumable_datamodule_the_training_seed_is_zero(
 
     monkeypatch.delenv("PL_GLOBAL_SEED", raising=False)  # no seed_everything seed to key in
     model = _Recorder()
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        max_steps=2,
-        callbacks=[ResumableDataCallback()],
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-        default_root_dir=tmp_path,
+    trainer = make_trainer(
+        tmp_path, ResumableDataCallback(), max_steps=2, enable_checkpointing=False
     )
     data = list(range(16))
     trainer.fit(model, StatefulDataLoader(data, batch_size=4, sampler=DistributedSampler(data)))
@@ -333,17 +318,13 @@ def test_each_batch_draws_from_its_documented_key(tmp_path: Path, manual: bool) 
     (docs/randomness.md). The expected states come from ``step_seeds`` of that key.
     """
     model = _ManualRecorder() if manual else _Recorder()
-    trainer = pl.Trainer(
-        accelerator="cpu",
+    trainer = make_trainer(
+        tmp_path,
+        ResumableDataCallback(training_seed=11),
         max_epochs=1,
         accumulate_grad_batches=1 if manual else 2,
-        callbacks=[ResumableDataCallback(training_seed=11)],
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
         enable_checkpointing=False,
         num_sanity_val_steps=0,
-        default_root_dir=tmp_path,
     )
     trainer.fit(model, datamodule=ResumableDataModule(range(24), batch_size=4, seed=6))
     starts = [state for kind, _, state in model.states if kind == "start"]
