@@ -64,16 +64,15 @@ def resume_report(
         "error": None,
     }
     mode = state.get("fingerprint", {}).get("mode")
-    if mode == "skip" and saved_world == world_size:
-        return report  # the sampler's skip counts samples: another batch size resumes
     if mode != "position":
-        if changed:
+        # skip mode skips samples, so only the world size must stay; torchdata replays batches
+        kept = "world size" if mode == "skip" else "world size and batch size"
+        if changed and (mode != "skip" or saved_world != world_size):
             report |= {
                 "ok": False,
-                "error": f"the loader resumes in {mode!r} mode, which needs the saved world "
-                + ("size" if mode == "skip" else "size and batch size")
-                + "; only lightning_resumable_data.DistributedSampler and MixtureSampler "
-                "states resume on another world size.",
+                "error": f"the loader resumes in {mode!r} mode, which needs the saved {kept}; "
+                "only lightning_resumable_data.DistributedSampler and MixtureSampler states "
+                "resume on another world size.",
             }
         return report
     sampler_state = state["sampler"]
