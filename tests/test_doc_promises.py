@@ -25,6 +25,7 @@ from lightning_resumable_data import (
     MixtureDataset,
     MixtureSampler,
     ResumableDataModule,
+    ResumableSequentialSampler,
     SampleKey,
     StatefulDataLoader,
     StateMismatchError,
@@ -455,8 +456,6 @@ def test_inspect_of_a_skip_mode_state_agrees_with_the_package(
     samples) and is refused on another world size.
     """
     # PROMISES.md Cl15
-    from lightning_resumable_data import ResumableSequentialSampler
-
     data = list(range(12))
     loader = StatefulDataLoader(data, batch_size=2, sampler=ResumableSequentialSampler(data))
     batches = iter(loader)

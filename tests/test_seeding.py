@@ -20,7 +20,12 @@ from lightning.fabric import Fabric
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning_helpers import make_trainer
 
-from lightning_resumable_data import ResumableDataCallback, ResumableDataModule
+from lightning_resumable_data import (
+    DistributedSampler,
+    ResumableDataCallback,
+    ResumableDataModule,
+    StatefulDataLoader,
+)
 from lightning_resumable_data.seeding import (
     data_parallel_rank,
     run_seed,
@@ -228,8 +233,6 @@ def test_without_a_resumable_datamodule_the_training_seed_is_zero(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Your own loader and the callback: the training seed defaults to 0 (no DataModule seed)."""
-    from lightning_resumable_data import DistributedSampler, StatefulDataLoader
-
     monkeypatch.delenv("PL_GLOBAL_SEED", raising=False)  # no seed_everything seed to key in
     model = _Recorder()
     trainer = make_trainer(
