@@ -69,6 +69,9 @@ soak: setup
 # mutated copy too, not the installed package (mutmut passes the mutant in the environment).
 mutate: setup
 	$(PY) -m pip install --quiet "mutmut==3.8.1"
+	@# the folder must exist before Python starts: a PYTHONPATH entry missing at start-up is
+	@# cached as absent, and the mutants' conftest.py would then not be importable
+	mkdir -p mutants
 	PYTHONPATH=$(CURDIR)/mutants $(PY) -m mutmut run
 	$(PY) -m mutmut results
 
