@@ -37,7 +37,7 @@ from lightning_resumable_data.resume import (
     choose_strategy,
     read_torchdata_state,
 )
-from lightning_resumable_data.samplers.distributed import check_non_negative_int
+from lightning_resumable_data.samplers.distributed import check_key_seed, check_non_negative_int
 from lightning_resumable_data.state import StateMismatchError, check_state
 
 __all__ = ["PositionSampler", "RestoredPosition", "SkippableSampler", "StatefulDataLoader"]
@@ -193,7 +193,7 @@ class StatefulDataLoader(_TorchdataLoader[T_co]):
         if seed is None:  # the sampler's (torch wraps a negative one modulo 2**64)
             self.seed = int(getattr(self.position_sampler, "seed", 0)) % 2**64
         else:
-            self.seed = check_non_negative_int("seed", seed)
+            self.seed = check_key_seed(seed)
         self._user_generator = generator is not None
         self.strict_resume = strict_resume
         self._progress = Progress()

@@ -29,8 +29,11 @@ from torchdata.stateful_dataloader import StatefulDataLoader as TorchdataLoader
 
 from lightning_resumable_data import (
     DistributedSampler,
+    MixtureDataset,
+    MixtureSampler,
     ReproducibleShuffleBatchSampler,
     ReproducibleShuffleSampler,
+    ResumableDataModule,
     ResumableSequentialSampler,
     ResumeWarning,
     StatefulDataLoader,
@@ -198,7 +201,10 @@ def test_prefetch_factor_below_one_is_refused_with_workers() -> None:
     ("build", "match"),
     [
         (lambda: StatefulDataLoader(IndexDataset(8), max_epochs=-1), "max_epochs=-1 must be >= 0"),
-        (lambda: StatefulDataLoader(IndexDataset(8), seed=-1), "seed=-1 must be >= 0"),
+        (
+            lambda: StatefulDataLoader(IndexDataset(8), seed=-1),
+            r"seed=-1 must be in \[0, 2\*\*64\)",
+        ),
         (lambda: make_loader().set_epoch(-1), "epoch=-1 must be >= 0"),
         (lambda: make_loader().set_epoch_limit(-1), "samples=-1 must be >= 0"),
         (lambda: make_loader().note_trained(-1), "batches=-1 must be >= 0"),
@@ -644,3 +650,25 @@ def test_strict_resume_guards_the_dataset_in_torchdata_mode() -> None:
         relaxed.load_state_dict(state)
     theirs = as_ids(torch.utils.data.DataLoader(IndexDataset(21), batch_size=3))
     assert seen + as_ids(relaxed) == theirs
+
+
+@pytest.mark.parametrize("seed", [-1, 2**64])
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda seed: StatefulDataLoader(IndexDataset(8), seed=seed),
+        lambda seed: ResumableDataModule(IndexDataset(8), batch_size=2, seed=seed),
+        lambda seed: MixtureSampler(
+            MixtureDataset({"a": IndexDataset(4), "b": IndexDataset(6)}),
+            {"a": 1.0, "b": 1.0},
+            num_replicas=1,
+            rank=0,
+            seed=seed,
+        ),
+    ],
+    ids=["loader", "datamodule", "mixture"],
+)
+def test_a_key_seed_outside_64_bits_is_refused_with_one_message(build: Any, seed: int) -> None:
+    """A seed that only keys 64-bit hashes is refused at either end, with the same message."""
+    with pytest.raises(ValueError, match=rf"seed={seed} must be in \[0, 2\*\*64\).*seed % 2\*\*64"):
+        build(seed)

@@ -56,7 +56,7 @@ from lightning_resumable_data.index.packing import (
 from lightning_resumable_data.index.permutation import feistel_keys, feistel_permute
 from lightning_resumable_data.pins import dataset_pins
 from lightning_resumable_data.randomness import SampleKey
-from lightning_resumable_data.samplers.distributed import check_non_negative_int
+from lightning_resumable_data.samplers.distributed import check_key_seed, check_non_negative_int
 
 __all__ = ["BOUNDARIES", "PACKING_MODES", "Boundaries", "PackedDataset", "PackingMode"]
 
@@ -124,7 +124,7 @@ class PackedDataset(torch.utils.data.Dataset[Sample]):
             "boundaries", boundaries, BOUNDARIES
         )
         self.eos_id, self.pad_id = eos_id, int(pad_id)
-        self.seed = check_non_negative_int("seed", seed)
+        self.seed = check_key_seed(seed)
         self.shuffle_documents = bool(shuffle_documents)
         self.sep = 0 if eos_id is None else 1
         self.epoch = 0

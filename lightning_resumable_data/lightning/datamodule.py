@@ -31,7 +31,7 @@ from lightning_resumable_data.lightning._module_state import (
 )
 from lightning_resumable_data.lightning.callback import ResumableDataCallback
 from lightning_resumable_data.loader import StatefulDataLoader
-from lightning_resumable_data.samplers.distributed import check_non_negative_int
+from lightning_resumable_data.samplers.distributed import check_key_seed, check_non_negative_int
 from lightning_resumable_data.samplers.schedule import MixturePhase
 
 __all__ = ["ResumableDataModule"]
@@ -144,7 +144,7 @@ class ResumableDataModule(pl.LightningDataModule):
         self.eval_batch_size = check_batch_sizes(batch_size, eval_batch_size)
         self.batch_size = batch_size
         self.num_workers = check_non_negative_int("num_workers", num_workers)
-        self.seed = check_non_negative_int("seed", seed)
+        self.seed = check_key_seed(seed)
         self.shuffle = shuffle
         self.algorithm: PermutationAlgorithm = check_algorithm(algorithm)
         self.drop_last = drop_last

@@ -10,6 +10,7 @@ import numpy as np
 __all__ = [
     "SEED_LIMIT",
     "check_epoch_seed",
+    "check_key_seed",
     "check_non_negative_int",
     "check_rank_as_torch",
     "check_seed",
@@ -69,6 +70,27 @@ def check_seed(seed: object) -> int:
         raise ValueError(
             f"seed={value} must be in [-2**63, 2**64) (torch's manual_seed range); pass "
             "seed % 2**64."
+        )
+    return value
+
+
+def check_key_seed(seed: object) -> int:
+    """Return ``seed`` as an int in ``[0, 2**64)``: a seed that only keys 64-bit hashes.
+
+    The loader's worker seeds, the mixture's draws and the shards' and documents' orders
+    have no torch order to match, so a negative seed is refused rather than wrapped.
+
+    Example:
+        >>> check_key_seed(2**64 - 1)
+        18446744073709551615
+    """
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"seed={seed!r} must be an int, got {type(seed).__name__}.")
+    value = int(seed)
+    if not 0 <= value < SEED_LIMIT:
+        raise ValueError(
+            f"seed={value} must be in [0, 2**64) (a 64-bit key; no torch order to match); "
+            "pass seed % 2**64."
         )
     return value
 

@@ -16,6 +16,7 @@ from lightning_resumable_data.randomness import make_sample_keys
 from lightning_resumable_data.samplers._arguments import (
     SEED_LIMIT,
     check_epoch_seed,
+    check_key_seed,
     check_non_negative_int,
     check_rank_as_torch,
     check_seed,
@@ -37,7 +38,7 @@ from lightning_resumable_data.samplers._rank_order import (
 from lightning_resumable_data.samplers._rank_position import RankPosition
 from lightning_resumable_data.samplers._world import resolve_world
 
-__all__ = ["DistributedSampler", "check_non_negative_int", "dataset_length"]
+__all__ = ["DistributedSampler", "check_key_seed", "check_non_negative_int", "dataset_length"]
 
 
 class DistributedSampler(torch.utils.data.DistributedSampler[int]):

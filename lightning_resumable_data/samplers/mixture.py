@@ -15,7 +15,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from lightning_resumable_data.datasets.mixture import MixtureDataset
-from lightning_resumable_data.samplers._arguments import check_non_negative_int
+from lightning_resumable_data.samplers._arguments import check_key_seed, check_non_negative_int
 from lightning_resumable_data.samplers._chunks import BatchCount, ChunkStream
 from lightning_resumable_data.samplers._mixture_config import (
     ORDER,
@@ -111,7 +111,7 @@ class MixtureSampler(DistributedSampler):
             num_replicas,
             rank,
             True,
-            check_non_negative_int("seed", seed),  # no torch order to match: keys only
+            check_key_seed(seed),  # no torch order to match: keys only
             drop_last,
             sample_keys=sample_keys,
         )

@@ -18,7 +18,7 @@ import torch.utils.data
 from lightning_resumable_data.index.sharding import check_shard_sizes, shard_starts
 from lightning_resumable_data.pins import shard_pins
 from lightning_resumable_data.randomness import KeyedBatch, SampleKey
-from lightning_resumable_data.samplers.distributed import check_non_negative_int
+from lightning_resumable_data.samplers.distributed import check_key_seed, check_non_negative_int
 from lightning_resumable_data.shards.protocol import (
     ShardReader,
     check_readers,
@@ -93,7 +93,7 @@ class DistributedShardedDataset(torch.utils.data.Dataset[T], Generic[T]):
                 f"prefetch={prefetch} shards loaded ahead; use max_resident >= {prefetch + 1} "
                 "or a smaller prefetch."
             )
-        self.seed = check_non_negative_int("seed", seed)
+        self.seed = check_key_seed(seed)
         self.shuffle_shards = bool(shuffle_shards)
         self.shuffle_samples = bool(shuffle_samples)
         sizes = check_shard_sizes([len(reader) for reader in readers])
