@@ -373,6 +373,22 @@ def test_torchdata_mode_warns_once_and_keeps_the_epoch_and_batches() -> None:
     assert (again["epoch"], again["batches_yielded"]) == (2, 3)
 
 
+def test_a_state_torchdatas_own_loader_saved_warns_of_the_replay_once() -> None:
+    """torchdata's own state loaded in torchdata mode replays the sampler too: warned once."""
+    generator = torch.Generator().manual_seed(0)
+    sampler = torch.utils.data.RandomSampler(IndexDataset(N), generator=generator)
+    saver = TorchdataLoader(IndexDataset(N), BATCH, sampler=sampler)
+    as_ids(itertools.islice(iter(saver), 3))
+    state = saver.state_dict()
+    resumed = torchdata_mode_loader()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        resumed.load_state_dict(state)
+        resumed.load_state_dict(state)
+    replays = [w for w in caught if "replays the sampler" in str(w.message)]
+    assert [w.category for w in replays] == [UserWarning]
+
+
 def test_a_torchdata_mode_state_in_the_earlier_nested_layout_still_loads() -> None:
     """A torchdata-mode state with torchdata's part nested under "torchdata" still loads."""
     loader = torchdata_mode_loader()

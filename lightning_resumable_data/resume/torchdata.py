@@ -92,7 +92,8 @@ class TorchdataResume(ResumeStrategy):
     def restore_torchdata(
         self, state: dict[str, Any], position: TorchdataPosition, epoch: int
     ) -> Restored:
-        """A state torchdata's loader saved: handed to torchdata unchanged."""
+        """A state torchdata's loader saved: handed to torchdata unchanged (replays: warned)."""
+        self._warn_replay()
         progress = Progress(epoch=epoch)
         self._native_load(state)
         return Restored(progress)
