@@ -187,6 +187,40 @@ def test_set_epoch_keeps_or_discards_a_restored_position() -> None:
     assert list(fresh) == list(range(10))
 
 
+@pytest.mark.parametrize("batched", [False, True])
+@pytest.mark.parametrize(
+    "supersede",
+    [
+        lambda s: s.set_epoch(1),
+        lambda s: s.load_state_dict(s.state_at(1, 4)),
+        lambda s: s.set_skip(2),
+    ],
+    ids=["set_epoch", "load_state_dict", "set_skip"],
+)
+def test_an_iterator_claimed_before_a_set_epoch_no_longer_moves_the_position(
+    batched: bool, supersede: Any
+) -> None:
+    """An iterator taken before ``set_epoch``/a load/a skip yields its epoch (as torch's) but
+    the state is the new start's: what the next ``iter`` reads, never the old iterator's count.
+    """
+    sampler = DistributedSampler(range(20), 2, 0, seed=3)
+    expected_next = DistributedSampler(range(20), 2, 0, seed=3)
+    supersede(expected_next)
+    state = expected_next.state_dict()
+    old_order = list(DistributedSampler(range(20), 2, 0, seed=3))
+    if batched:  # claimed, not read yet
+        batches = sampler.iter_batches(2)
+        supersede(sampler)
+        read = [i for batch in itertools.islice(batches, 3) for i in batch]
+    else:
+        samples = iter(sampler)
+        supersede(sampler)
+        read = list(itertools.islice(samples, 6))
+    assert read == old_order[:6]  # the order the iterator was taken for
+    assert sampler.state_dict() == state  # not (new epoch, 6 old samples consumed)
+    assert list(sampler) == list(expected_next)
+
+
 def test_feistel_handles_ten_billion_samples_lazily() -> None:
     sampler = DistributedSampler(range(10**10), 8, 3, seed=1, algorithm="feistel")
     first = list(itertools.islice(iter(sampler), 1000))

@@ -36,24 +36,28 @@ def chunk_sizes(largest: int, multiple: int = 1) -> Iterator[int]:
 class BatchCount:
     """How many samples of a batched pass were computed and handed out (see ``ChunkStream``).
 
+    ``claim`` is the claim (see ``RankPosition.claim``) of the iteration it counts.
+
     Example:
         >>> count = BatchCount()
         >>> count.produced, count.yielded
         (0, 0)
     """
 
-    __slots__ = ("produced", "yielded")
+    __slots__ = ("claim", "produced", "yielded")
 
-    def __init__(self) -> None:
+    def __init__(self, claim: int = 0) -> None:
         self.produced = 0
         self.yielded = 0
+        self.claim = claim
 
 
 class ChunkStream:
     """Yield the items of successive lists; the producer builds one chunk at a time.
 
     Counting is free: the position is read off the current chunk's list iterator, so there
-    is no per-item bookkeeping in Python.
+    is no per-item bookkeeping in Python. ``claim`` is the claim (see
+    ``RankPosition.claim``) of the iteration it counts.
 
     Example:
         >>> stream = ChunkStream(iter([[0, 1, 2], [3, 4]]))
@@ -64,8 +68,9 @@ class ChunkStream:
         ([2, 3, 4], 5)
     """
 
-    def __init__(self, chunks: Iterable[list[Any]]) -> None:
+    def __init__(self, chunks: Iterable[list[Any]], claim: int = 0) -> None:
         self._chunks = chunks
+        self.claim = claim
         self._finished_chunks = 0
         self._current: Iterator[Any] = iter(())
         self._current_length = 0

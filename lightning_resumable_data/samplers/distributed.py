@@ -151,7 +151,9 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
 
         Setting the epoch it is already at keeps a restored position (Lightning calls
         ``set_epoch`` at the start of every epoch, including the resumed one); moving to
-        another epoch starts that epoch from its beginning.
+        another epoch starts that epoch from its beginning. An iterator taken before still
+        yields its own epoch's order, as torch's does, but no longer moves the position: the
+        state is the new epoch's start.
         """
         epoch = check_non_negative_int("epoch", epoch)
         if self._epoch_locked and epoch != self.epoch:
@@ -189,8 +191,8 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
         self._position.skip(check_non_negative_int("samples", samples) * self.num_replicas)
 
     def __iter__(self) -> Iterator[int]:
-        epoch, start = self._position.claim(self.epoch)  # the restored start is used up
-        stream = ChunkStream(self._chunks(epoch, start, lambda: stream))
+        epoch, start, claim = self._position.claim(self.epoch)  # the restored start is used up
+        stream = ChunkStream(self._chunks(epoch, start, lambda: stream), claim)
         return iter(stream)
 
     def iter_batches(
@@ -210,8 +212,8 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
             >>> list(sampler.iter_batches(2))
             [[1, 3], [5, 7], [9]]
         """
-        epoch, start = self._position.claim(self.epoch)  # the restored start is used up
-        count = BatchCount()
+        epoch, start, claim = self._position.claim(self.epoch)  # the restored start is used up
+        count = BatchCount(claim)
         return self._batches(epoch, start, count, batch_size, bool(drop_last), limit)
 
     def _batches(
