@@ -37,7 +37,8 @@ from lightning_resumable_data.resume import (
     choose_strategy,
     read_torchdata_state,
 )
-from lightning_resumable_data.samplers.distributed import check_key_seed, check_non_negative_int
+from lightning_resumable_data.samplers._arguments import check_key_seed
+from lightning_resumable_data.samplers.distributed import check_non_negative_int
 from lightning_resumable_data.state import StateMismatchError, check_state
 
 __all__ = ["PositionSampler", "RestoredPosition", "SkippableSampler", "StatefulDataLoader"]

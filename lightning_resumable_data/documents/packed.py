@@ -56,7 +56,8 @@ from lightning_resumable_data.index.packing import (
 from lightning_resumable_data.index.permutation import feistel_keys, feistel_permute
 from lightning_resumable_data.pins import dataset_pins
 from lightning_resumable_data.randomness import SampleKey
-from lightning_resumable_data.samplers.distributed import check_key_seed, check_non_negative_int
+from lightning_resumable_data.samplers._arguments import check_key_seed
+from lightning_resumable_data.samplers.distributed import check_non_negative_int
 
 __all__ = ["BOUNDARIES", "PACKING_MODES", "Boundaries", "PackedDataset", "PackingMode"]
 

@@ -31,7 +31,8 @@ from lightning_resumable_data.lightning._module_state import (
 )
 from lightning_resumable_data.lightning.callback import ResumableDataCallback
 from lightning_resumable_data.loader import StatefulDataLoader
-from lightning_resumable_data.samplers.distributed import check_key_seed, check_non_negative_int
+from lightning_resumable_data.samplers._arguments import check_key_seed
+from lightning_resumable_data.samplers.distributed import check_non_negative_int
 from lightning_resumable_data.samplers.schedule import MixturePhase
 
 __all__ = ["ResumableDataModule"]

@@ -16,7 +16,6 @@ from lightning_resumable_data.randomness import make_sample_keys
 from lightning_resumable_data.samplers._arguments import (
     SEED_LIMIT,
     check_epoch_seed,
-    check_key_seed,
     check_non_negative_int,
     check_rank_as_torch,
     check_seed,
@@ -38,7 +37,7 @@ from lightning_resumable_data.samplers._rank_order import (
 from lightning_resumable_data.samplers._rank_position import RankPosition
 from lightning_resumable_data.samplers._world import resolve_world
 
-__all__ = ["DistributedSampler", "check_key_seed", "check_non_negative_int", "dataset_length"]
+__all__ = ["DistributedSampler", "check_non_negative_int", "dataset_length"]
 
 
 class DistributedSampler(torch.utils.data.DistributedSampler[int]):
@@ -150,10 +149,9 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
         """Select the epoch whose order the next ``__iter__`` yields.
 
         Setting the epoch it is already at keeps a restored position (Lightning calls
-        ``set_epoch`` at the start of every epoch, including the resumed one); moving to
-        another epoch starts that epoch from its beginning. An iterator taken before still
-        yields its own epoch's order, as torch's does, but no longer moves the position: the
-        state is the new epoch's start.
+        ``set_epoch`` at the start of every epoch, including the resumed one); another epoch
+        starts from its beginning. An iterator taken before yields its own epoch, as torch's
+        does, but no longer moves the position.
         """
         epoch = check_non_negative_int("epoch", epoch)
         if self._epoch_locked and epoch != self.epoch:

@@ -18,7 +18,8 @@ import torch.utils.data
 from lightning_resumable_data.index.sharding import check_shard_sizes, shard_starts
 from lightning_resumable_data.pins import shard_pins
 from lightning_resumable_data.randomness import KeyedBatch, SampleKey
-from lightning_resumable_data.samplers.distributed import check_key_seed, check_non_negative_int
+from lightning_resumable_data.samplers._arguments import check_key_seed
+from lightning_resumable_data.samplers.distributed import check_non_negative_int
 from lightning_resumable_data.shards.protocol import (
     ShardReader,
     check_readers,
