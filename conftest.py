@@ -42,6 +42,7 @@ SLOW_PATHS = (
     "tests/test_fabric.py",
     "tests/test_index_statistics.py",
     "tests/test_lightning",
+    "tests/test_mixing_promises.py",
     "tests/test_mixing_resume.py",
     "tests/test_online_mixing.py",
     "tests/test_remote_",
