@@ -35,6 +35,7 @@ SLOW_PATHS = (
     "tests/faults/",
     "tests/matrix/",
     "tests/torchdata_suite/",
+    "tests/test_callback_survivors.py",
     "tests/test_datamodule",
     "tests/test_doc_snippets_resume.py",
     "tests/test_documents_resume.py",

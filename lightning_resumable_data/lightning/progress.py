@@ -174,6 +174,8 @@ def align_progress(trainer: pl.Trainer, epoch: int, consumed: int, step_samples:
         limit = trainer.num_training_batches
         if limit != float("inf"):
             _shift(batches, int(limit) - upcoming)
+            if loop.restarted_on_train_batch_end and fit.restarted_mid_epoch:
+                _end_epoch_at_last_batch(fit)
         return 0
     if consumed > 0 and lightning_epoch > epoch:
         _restart_mid_epoch(trainer, epoch, target)
@@ -185,6 +187,18 @@ def _shift(progress: Any, delta: int) -> None:
         for counter in (progress.current, progress.total):
             for name in _COUNTS:
                 setattr(counter, name, max(0, getattr(counter, name) + delta))
+
+
+def _end_epoch_at_last_batch(fit: Any) -> None:
+    """What Lightning does when it restores a checkpoint of an epoch's last batch.
+
+    Its fit loop counts that epoch as done before ``on_train_start`` (``is_last_batch`` was
+    saved ``True``); a checkpoint saved at a batch that is the last one only in this layout
+    (another batch or world size, an int ``limit_train_batches``) is brought to that state.
+    """
+    fit.epoch_loop.batch_progress.is_last_batch = True
+    fit.epoch_progress.increment_processed()
+    fit.epoch_progress.increment_completed()
 
 
 def _restart_epoch(loop: Any) -> None:
