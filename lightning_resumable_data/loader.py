@@ -444,6 +444,29 @@ class StatefulDataLoader(_TorchdataLoader[T_co]):
         progress, batches = self._trained_view()
         return progress.epoch, self._strategy.consumed(progress, batches), batches
 
+    def state_at(self, epoch: int, batches: int) -> dict[str, Any]:
+        """The state this loader has after ``batches`` batches of ``epoch`` in its layout.
+
+        Loading it starts the loader there, as if it had read those batches (the callback
+        does so where Lightning resumes from a checkpoint without a data position).
+
+        Example:
+            >>> from lightning_resumable_data import DistributedSampler
+            >>> loader = StatefulDataLoader(range(8), batch_size=2, sampler=DistributedSampler(
+            ...     range(8), num_replicas=2, rank=0, shuffle=False))
+            >>> loader.load_state_dict(loader.state_at(epoch=1, batches=1))
+            >>> loader.epoch, next(iter(loader)).tolist()
+            (1, [4, 6])
+        """
+        if self.resume_mode == "torchdata":
+            raise ValueError(
+                f"state_at needs a position or skip sampler; this {self.KIND} resumes through "
+                "torchdata's per-rank state, which only its own reading produces."
+            )
+        progress = Progress(epoch=check_non_negative_int("epoch", epoch))
+        batches = check_non_negative_int("batches", batches)
+        return self._strategy.save(progress, batches, self.fingerprint)
+
     def _trained_view(self) -> tuple[Progress, int]:
         """The progress and batch count the state describes: trained, else yielded."""
         progress, trained = self._progress, self._trained

@@ -27,7 +27,13 @@ from lightning_resumable_data.lightning.progress import (
 from lightning_resumable_data.loader import RestoredPosition, StatefulDataLoader
 from lightning_resumable_data.state import StateMismatchError
 
-__all__ = ["check_batch", "match_checkpoint", "set_epoch_limit", "start_position"]
+__all__ = [
+    "check_batch",
+    "match_checkpoint",
+    "set_epoch_limit",
+    "start_at_lightnings_batch",
+    "start_position",
+]
 
 
 def set_epoch_limit(trainer: pl.Trainer, loader: StatefulDataLoader) -> None:
@@ -43,12 +49,37 @@ def set_epoch_limit(trainer: pl.Trainer, loader: StatefulDataLoader) -> None:
         loader.set_epoch_limit(None)
 
 
-def match_checkpoint(trainer: pl.Trainer, checkpoint: dict[str, Any], key: str | None) -> None:
-    """Rewrite a fit's checkpoint's epoch counters to its data position (DataModule ``key``)."""
+def match_checkpoint(trainer: pl.Trainer, checkpoint: dict[str, Any], key: str | None) -> bool:
+    """Rewrite a fit's checkpoint's epoch counters to its data position (DataModule ``key``).
+
+    Returns whether the checkpoint holds a data position.
+    """
     position = data_position(checkpoint, key)
     fitting = getattr(getattr(trainer, "state", None), "fn", None) == TrainerFn.FITTING
     if position is not None and fitting:
         match_epoch_counters(checkpoint, *position)
+    return position is not None
+
+
+def start_at_lightnings_batch(trainer: pl.Trainer, loader: StatefulDataLoader) -> bool:
+    """Start a fresh loader at the batch Lightning resumes at, in Lightning's epoch.
+
+    For a checkpoint without a data position that ``allow_config_change=True`` accepts:
+    the data starts afresh where Lightning's restored counters say training goes on, so
+    its epochs and steps follow Lightning's. Called at the fit's start, after the restore.
+    Returns ``False`` (nothing is left to do).
+    """
+    if loader.restored is not None or loader.resume_mode != "position":
+        return False
+    fit = trainer.fit_loop
+    loop = fit.epoch_loop
+    epoch, batch = int(fit.epoch_progress.current.completed), 0
+    if fit.restarted_mid_epoch:
+        batch = int(loop.batch_progress.current.completed) + int(loop.restarted_on_train_batch_end)
+        if batch >= trainer.num_training_batches:  # Lightning starts an epoch at batch 0
+            batch = 0
+    loader.load_state_dict(loader.state_at(epoch, batch))
+    return False
 
 
 def start_position(

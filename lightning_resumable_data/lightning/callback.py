@@ -18,6 +18,7 @@ from lightning_resumable_data.lightning._alignment import (
     check_batch,
     match_checkpoint,
     set_epoch_limit,
+    start_at_lightnings_batch,
     start_position,
 )
 from lightning_resumable_data.lightning._callback_state import (
@@ -127,7 +128,7 @@ class ResumableDataCallback(pl.Callback):
         self._seed: int | None = None  # the run's training seed, resolved in setup/restore
         self._rank = 0
         self._datamodule: PhasedDataModule | None = None
-        self._epoch_started = True
+        self._epoch_started, self._afresh = True, False  # see on_train_start
         self._trainer: pl.Trainer | None = None  # while fitting: what state_dict reads
         self.mixer = OnlineMixer(policy, policy_every_n_steps)
         self.guard = PositionGuard(verify)
@@ -163,9 +164,8 @@ class ResumableDataCallback(pl.Callback):
                 "trainer.fit(model, datamodule=ResumableDataModule(...))."
             )
         if stage == "fit" and not getattr(trainer, "global_step", 0):
-            # a fit from scratch: Lightning's callback_metrics start empty, so does the
-            # memory (a checkpoint's replaces it: load_state_dict; a fit continuing on the
-            # same trainer keeps it, as one uninterrupted fit would)
+            # a fit from scratch: Lightning's callback_metrics start empty, so does the memory
+            # (a checkpoint's replaces it; a fit going on on the same trainer keeps it)
             self.mixer.load_state_dict(None)
         if self.seed_training and stage == "fit":
             self._rank, self._seed = fit_seed(trainer, self.training_seed, datamodule)
@@ -196,6 +196,8 @@ class ResumableDataCallback(pl.Callback):
             return
         self.mixer.loader = loader
         set_epoch_limit(trainer, loader)  # before the position: it may end the epoch
+        if self._afresh:  # a checkpoint without data position (allow_config_change)
+            self._afresh = start_at_lightnings_batch(trainer, loader)
         restored, loader.restored = loader.restored, None
         loader.track_trained(TrainedBatches(trainer))
         if loader.resume_mode == "position":
@@ -273,11 +275,13 @@ class ResumableDataCallback(pl.Callback):
         ran), and one written after a resume from an epoch's last batch counts the next
         epoch as not started; the loop counters are rewritten, before Lightning restores
         them, to where the data is (:func:`~.checkpoint_counters.match_epoch_counters`).
+        Without data (``allow_config_change``), the data starts where Lightning goes on.
         """
         datamodule = getattr(trainer, "datamodule", None)
         known = isinstance(datamodule, PhasedDataModule)
-        match_checkpoint(trainer, checkpoint, checkpoint_key(datamodule) if known else None)
+        held = match_checkpoint(trainer, checkpoint, checkpoint_key(datamodule) if known else None)
         require_data_position(checkpoint, datamodule)
+        self._afresh = known and not held
 
     @override
     def state_dict(self) -> dict[str, Any]:
