@@ -29,6 +29,7 @@ from lightning_resumable_data.samplers._inner import (
     SupportsSetSkip,
     check_count,
     chunks_of,
+    end_live_iteration,
     epoch_target,
     iter_from,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "SupportsSetSkip",
     "check_count",
     "chunks_of",
+    "end_live_iteration",
     "epoch_target",
     "is_infinite",
     "iter_from",
@@ -107,8 +109,13 @@ class Composable(torch.utils.data.Sampler[T]):
         # The pending position is consumed when iteration really starts (the first
         # ``next``), not here: torch's multi-worker DataLoader calls ``iter`` on its batch
         # sampler twice and discards the first iterator.
-        self._stream = None
+        self._end_live_iteration()
         return self._iterate()
+
+    def _end_live_iteration(self) -> None:
+        """Drop the live iteration, the inner's too (the next one iterates it anew)."""
+        self._stream = None
+        end_live_iteration(self.inner)
 
     def _iterate(self) -> Iterator[T]:
         raise NotImplementedError
@@ -160,7 +167,7 @@ class Composable(torch.utils.data.Sampler[T]):
         if epoch != self.epoch:
             self.epoch = epoch
             self._forget_position()
-            self._stream = None
+            self._end_live_iteration()
         target = epoch_target(self.inner) if self._FORWARDS_EPOCH else None
         if target is not None:
             target.set_epoch(epoch)

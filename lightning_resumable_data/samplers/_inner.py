@@ -23,6 +23,7 @@ __all__ = [
     "SupportsSetSkip",
     "check_count",
     "chunks_of",
+    "end_live_iteration",
     "epoch_target",
     "iter_from",
 ]
@@ -123,6 +124,20 @@ def iter_from(inner: Iterable[T], skip: int) -> Iterator[T]:
         return iter(inner)
     iterator = iter(inner)
     return itertools.islice(iterator, skip, None) if skip else iterator
+
+
+def end_live_iteration(inner: object) -> None:
+    """End ``inner``'s live iteration (through a torch ``BatchSampler`` too), if it can.
+
+    A wrapper calls it where its own next iteration will iterate ``inner`` anew, so that
+    ``inner``'s state is where that iteration starts, not how far the abandoned one read.
+    A position to resume from (restored or skipped to) is kept.
+    """
+    if isinstance(inner, torch.utils.data.BatchSampler):
+        inner = inner.sampler
+    end = getattr(inner, "_end_live_iteration", None)
+    if callable(end):
+        end()
 
 
 def epoch_target(inner: object) -> SupportsSetEpoch | None:

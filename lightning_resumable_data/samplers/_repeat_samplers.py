@@ -11,6 +11,7 @@ from lightning_resumable_data.samplers._composition import (
     Cursor,
     Stateful,
     chunks_of,
+    end_live_iteration,
     epoch_target,
     iter_from,
 )
@@ -45,6 +46,11 @@ class _Repeat(Composable[T]):
             pass_, offset = pass_ + offset // length, offset % length
         return pass_, offset
 
+    @property
+    def position(self) -> int:
+        """Items of the current pass consumed or skipped (the state's ``offset``)."""
+        return self._position_state()["offset"]
+
     def _position_state(self) -> dict[str, int]:
         if self._stream is None:
             pass_, offset = self._pending()
@@ -75,6 +81,7 @@ class _Repeat(Composable[T]):
             pass_, offset = pass_ + 1, 0
 
     def _start_pass(self, pass_: int, offset: int) -> tuple[Cursor, Iterator[T]]:
+        end_live_iteration(self.inner)  # the last pass's, whatever its epoch
         target = epoch_target(self.inner)
         if target is not None:
             target.set_epoch(self.epoch + pass_)

@@ -130,6 +130,10 @@ class ResumableSequentialSampler(torch.utils.data.Sampler[int]):
         self._live = live = iter(range(start, self.data_length))
         yield from live
 
+    def _end_live_iteration(self) -> None:
+        """Drop the live iterator (a wrapper iterates anew): the state is the next start."""
+        self._live = None
+
     def __len__(self) -> int:
         """Return the number of indices in a full epoch: ``len(data_source)``."""
         return self.data_length
