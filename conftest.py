@@ -36,6 +36,7 @@ SLOW_PATHS = (
     "tests/matrix/",
     "tests/torchdata_suite/",
     "tests/test_callback_survivors.py",
+    "tests/test_data_doc_promises.py",
     "tests/test_datamodule",
     "tests/test_doc_snippets_resume.py",
     "tests/test_documents_resume.py",
