@@ -59,8 +59,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.slow)
 
 
-settings.register_profile("replay", derandomize=True, database=None)
-settings.register_profile("explore", derandomize=False)
+# no deadline: a property test checks results, not speed (and shares the CPU under xdist)
+settings.register_profile("replay", derandomize=True, database=None, deadline=None)
+settings.register_profile("explore", derandomize=False, deadline=None)
 _SOAK = os.environ.get("LRD_SOAK", "") not in ("", "0")
 settings.load_profile(
     "explore" if _SOAK or os.environ.get("LRD_HYPOTHESIS") == "explore" else "replay"
