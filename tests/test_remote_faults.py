@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -157,6 +158,30 @@ def test_cache_directory_deleted_mid_run(tmp_path: Path) -> None:
         dataset.close()
         cache.close()
     assert Counter(ledger) == expected
+
+
+def test_cache_directory_deleted_between_its_mkdir_and_a_lock_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The folder deleted at the worst moment (after the lock folder is made, before the lock
+    file opens) is made again: the read goes on."""
+    local = make_shards(tmp_path / "d")
+    real_open, deleted = os.open, list[str]()
+
+    def open_after_a_deletion(path: Any, *args: Any, **kwargs: Any) -> int:
+        if not deleted and ".locks" in str(path):
+            deleted.append(str(path))
+            shutil.rmtree(tmp_path / "c")
+        return int(real_open(path, *args, **kwargs))
+
+    with FileServer(tmp_path / "d") as server:
+        cache = ShardCache(tmp_path / "c", retry=FAST)
+        readers = open_token_shards(server.url, cache=cache)
+        monkeypatch.setattr(os, "open", open_after_a_deletion)
+        got = readers[0].read_range(0, len(readers[0])).tobytes()
+        cache.close()
+    assert deleted
+    assert got == local[0].read_range(0, len(local[0])).tobytes()
 
 
 _CHILD = textwrap.dedent(

@@ -71,6 +71,10 @@ class CacheDirectory:
 
     def _lock_file(self, path: Path) -> int:
         locks = self.root / ".locks"
+        for _ in range(2):  # the cache folder may be deleted between the mkdir and the open
+            locks.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(FileNotFoundError):
+                return os.open(locks / path.name, os.O_RDWR | os.O_CREAT, 0o644)
         locks.mkdir(parents=True, exist_ok=True)
         return os.open(locks / path.name, os.O_RDWR | os.O_CREAT, 0o644)
 
