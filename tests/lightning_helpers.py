@@ -11,6 +11,9 @@ import lightning.pytorch as pl
 import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
+from torch.utils.data import TensorDataset
+
+from lightning_resumable_data import DistributedSampler, StatefulDataLoader
 
 
 class IdsModel(pl.LightningModule):
@@ -58,3 +61,17 @@ def quiet_lightning() -> Iterator[None]:
         warnings.filterwarnings("ignore", ".*does not have many workers.*")
         warnings.filterwarnings("ignore", ".*GPU available.*")
         yield
+
+
+class MyDataModule(pl.LightningDataModule):
+    """docs/migration/lightning.md's own DataModule, returning this package's loader."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.train_set = TensorDataset(torch.arange(64))
+
+    def train_dataloader(self) -> StatefulDataLoader:
+        strategy = self.trainer.strategy  # type: ignore[union-attr]
+        world = getattr(strategy, "distributed_sampler_kwargs", None) or {}
+        sampler = DistributedSampler(self.train_set, seed=42, **world)
+        return StatefulDataLoader(self.train_set, batch_size=8, sampler=sampler)

@@ -31,6 +31,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.strategies import SingleDeviceStrategy
 from lightning_helpers import (
     IdsModel,
+    MyDataModule,
     every_5_steps,
     make_trainer,
     quiet_lightning,  # noqa: F401  (an autouse fixture)
@@ -39,7 +40,6 @@ from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data import DistributedSampler as TorchDistributedSampler
 
 from lightning_resumable_data import (
-    DistributedSampler,
     MixturePhase,
     ResumableDataCallback,
     ResumableDataModule,
@@ -103,20 +103,6 @@ class DataParallelRank0(SingleDeviceStrategy):
 
 
 # -- docs/lightning.md ----------------------------------------------------------------------
-
-
-class MyDataModule(pl.LightningDataModule):
-    """docs/migration/lightning.md's own DataModule, returning this package's loader."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.train_set = DATASET
-
-    def train_dataloader(self) -> StatefulDataLoader:
-        strategy = self.trainer.strategy  # type: ignore[union-attr]
-        world = getattr(strategy, "distributed_sampler_kwargs", None) or {}
-        sampler = DistributedSampler(self.train_set, seed=42, **world)
-        return StatefulDataLoader(self.train_set, batch_size=8, sampler=sampler)
 
 
 def test_without_the_callback_limited_epochs_still_end_at_the_next_iter(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ import pytest
 import torch
 from lightning_helpers import IdsModel as RecordingModel
 from lightning_helpers import (
+    MyDataModule,
     every_5_steps,
     make_trainer,
     quiet_lightning,  # noqa: F401  (an autouse fixture)
@@ -28,7 +29,6 @@ from lightning_resumable_data import (
     ResumableDataCallback,
     ResumableDataModule,
     ResumeWarning,
-    StatefulDataLoader,
 )
 from lightning_resumable_data.cli import main as lrd_main
 from lightning_resumable_data.seeding import step_seeds
@@ -126,20 +126,6 @@ def test_seed_everything_leaves_the_data_order_alone(tmp_path: Path) -> None:
     first = order(1, data_seed=5)
     assert order(2, data_seed=5) == first
     assert order(1, data_seed=6) != first
-
-
-class MyDataModule(pl.LightningDataModule):
-    """docs/migration/lightning.md's own DataModule, returning this package's loader."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.train_set = DATASET
-
-    def train_dataloader(self) -> StatefulDataLoader:
-        strategy = self.trainer.strategy  # type: ignore[union-attr]
-        world = getattr(strategy, "distributed_sampler_kwargs", None) or {}
-        sampler = DistributedSampler(self.train_set, seed=42, **world)
-        return StatefulDataLoader(self.train_set, batch_size=8, sampler=sampler)
 
 
 @pytest.mark.parametrize("limit", [None, 5])

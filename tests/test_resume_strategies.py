@@ -353,6 +353,15 @@ def torchdata_mode_loader(num_workers: int = 0) -> StatefulDataLoader:
     return StatefulDataLoader(IndexDataset(N), BATCH, sampler=sampler, num_workers=num_workers)
 
 
+def replay_warnings_of_two_loads(loader: StatefulDataLoader, state: dict[str, Any]) -> list[Any]:
+    """The categories of the replay warnings ``state`` loaded twice into ``loader`` gives."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loader.load_state_dict(state)
+        loader.load_state_dict(state)
+    return [w.category for w in caught if "replays the sampler" in str(w.message)]
+
+
 def test_torchdata_mode_warns_once_and_keeps_the_epoch_and_batches() -> None:
     """torchdata mode: the replay warning comes once; a reload keeps epoch and batches."""
     loader = torchdata_mode_loader()
@@ -362,12 +371,7 @@ def test_torchdata_mode_warns_once_and_keeps_the_epoch_and_batches() -> None:
     state = loader.state_dict()
     assert (state["epoch"], state["batches_yielded"]) == (2, 3)
     resumed = torchdata_mode_loader()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        resumed.load_state_dict(state)
-        resumed.load_state_dict(state)
-    replays = [w for w in caught if "replays the sampler" in str(w.message)]
-    assert [w.category for w in replays] == [UserWarning]
+    assert replay_warnings_of_two_loads(resumed, state) == [UserWarning]
     assert (resumed.epoch, resumed.batches_yielded) == (2, 3)
     again = resumed.state_dict()
     assert (again["epoch"], again["batches_yielded"]) == (2, 3)
@@ -381,12 +385,7 @@ def test_a_state_torchdatas_own_loader_saved_warns_of_the_replay_once() -> None:
     as_ids(itertools.islice(iter(saver), 3))
     state = saver.state_dict()
     resumed = torchdata_mode_loader()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        resumed.load_state_dict(state)
-        resumed.load_state_dict(state)
-    replays = [w for w in caught if "replays the sampler" in str(w.message)]
-    assert [w.category for w in replays] == [UserWarning]
+    assert replay_warnings_of_two_loads(resumed, state) == [UserWarning]
 
 
 def test_a_torchdata_mode_state_in_the_earlier_nested_layout_still_loads() -> None:
