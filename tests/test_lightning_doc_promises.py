@@ -670,3 +670,29 @@ def test_a_lenient_stateful_loader_resumes_a_sharded_sampler_over_replaced_bytes
     uninterrupted = [batch.tolist() for batch in loader(tmp_path / "new", "cache-new")]
     assert resumed == uninterrupted[5:]
     assert resumed != old[5:]  # the new bytes are read
+
+
+def test_an_allowed_new_phase_at_the_checkpoints_step_governs_from_that_step(
+    tmp_path: Path,
+) -> None:
+    """mixing.md: with `allow_config_change=True` the saved schedule is kept up to the resume
+    point and the new one applies from there on, a phase starting at the checkpoint's own
+    step included (it was dropped: the saved weights went on)."""
+    sources = {"a": TensorDataset(torch.arange(40)), "b": TensorDataset(torch.arange(100, 124))}
+
+    def fit(root: Path, phases: list[MixturePhase], **kwargs: Any) -> IdsModel:
+        model = IdsModel()
+        trainer = make_trainer(root, ResumableDataCallback(phases=phases), every_5_steps(root),
+                               max_steps=kwargs.pop("max_steps"))  # fmt: skip
+        ckpt_path = kwargs.pop("ckpt_path", None)
+        datamodule = ResumableDataModule(sources, batch_size=4, seed=1, **kwargs)
+        trainer.fit(model, datamodule=datamodule, ckpt_path=ckpt_path)
+        return model
+
+    first = fit(tmp_path / "a", [], max_steps=5)
+    assert any(i < 100 for _, _, ids in first.seen for i in ids)  # both sources before
+    only_b = [MixturePhase(start_step=5, weights={"a": 0, "b": 1})]
+    resumed = fit(tmp_path / "b", only_b, max_steps=9, allow_config_change=True,
+                  ckpt_path=tmp_path / "a" / "ckpt" / "step=5.ckpt")  # fmt: skip
+    assert len(resumed.seen) == 4
+    assert all(i >= 100 for _, _, ids in resumed.seen for i in ids)  # steps 5..8: "b" only

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from lightning_resumable_data import MixtureDataset, MixturePhase, MixtureSampler
+from lightning_resumable_data.samplers.schedule import check_phases
 from lightning_resumable_data.state import StateMismatchError
 
 SIZES = {"web": 600, "code": 300, "math": 100}  # an epoch: 1000 positions
@@ -207,3 +208,262 @@ def test_state_of_a_changed_resume_at_an_online_change_loads_again() -> None:
     again = make(0, (W1, 0, 300, "declared"))
     again.load_state_dict(state)
     assert list(again) == rest
+
+
+def ranked(world: int, rank: int) -> MixtureSampler:
+    return MixtureSampler(mixture(), W0, num_replicas=world, rank=rank, samples_per_epoch=400)
+
+
+@pytest.mark.parametrize("kind", ["online", "declared"])
+@pytest.mark.parametrize(
+    ("world", "batch", "drop_last", "limit", "handed", "ahead"),
+    [
+        (1, 4, False, None, 2, 0),
+        (2, 3, False, 25, 3, 7),
+        (3, 5, True, 41, 1, 0),
+        (2, 4, False, 30, 0, 0),
+        (3, 7, True, None, 5, 30),
+    ],
+)
+def test_a_change_while_reading_in_batches_gives_the_batches_of_reading_one_by_one(
+    kind: str, world: int, batch: int, drop_last: bool, limit: int | None, handed: int, ahead: int
+) -> None:
+    """iter_batches, changed after ``handed`` batches at ``ahead`` global positions past the
+    first not handed out, yields what BatchSampler(sampler) yields with the same change made
+    after the same samples: no batch repeated or skipped, ``limit`` kept, on every rank."""
+    for rank in range(world):
+        batched = ranked(world, rank)
+        it = batched.iter_batches(batch, drop_last, limit)
+        got = [next(it) for _ in range(handed)]
+        at = batched.consumed + ahead
+        assert batched.update_weights(W1, position=at, kind=kind) == (0, at)
+        got += list(it)
+
+        plain = ranked(world, rank)
+        one_by_one = iter(plain)
+        first = [next(one_by_one) for _ in range(handed * batch)]
+        plain.update_weights(W1, position=at, kind=kind)
+        rest = list(one_by_one)
+        flat = (first + rest)[:limit]
+        want = [flat[i : i + batch] for i in range(0, len(flat), batch)]
+        assert got == [b for b in want if len(b) == batch or not drop_last], (rank, kind)
+
+
+def test_weights_at_defaults_to_the_epochs_first_position() -> None:
+    """weights_at(epoch) is the mixture at the epoch's position 0; a change at position 1
+    or 3 shows from there on only."""
+    s = make(0, (W1, 1, 1, "declared"), (W2, 1, 3, "online"))
+    assert s.weights_at(1) == s.weights_at(1, 0) == pytest.approx(exact_probs(W0))
+    assert s.weights_at(1, 1) == s.weights_at(1, 2) == pytest.approx(exact_probs(W1))
+    assert s.weights_at(1, 3) == s.weights_at(2) == pytest.approx(exact_probs(W2))
+
+
+@pytest.mark.parametrize("epoch", [0, 1, 3])
+def test_a_phase_declared_while_reading_a_later_epoch_keeps_its_prefix_and_resumes(
+    epoch: int,
+) -> None:
+    """docs/mixing.md: a declared change made while reading leaves the positions before it as
+    planned, and its segment draws exactly its counts, also in an epoch whose weights are
+    inherited from an earlier one (the governing change was made in epoch 0)."""
+    s = make(0, (W2, 0, 700, "declared")) if epoch else make()
+    first, it = read(s, 200, epoch)
+    s.update_weights(W1, position=300, kind="declared")
+    middle = [next(it) for _ in range(250)]
+    state = copy.deepcopy(s.state_dict())
+    rest = list(it)
+    order = first + middle + rest
+
+    unchanged, _ = read(make(0, (W2, 0, 700, "declared")) if epoch else make(), 1000, epoch)
+    assert order[:300] == unchanged[:300]  # the prefix as planned
+    assert shares(order[300:]) == exact(W1, 700)  # the new phase: exactly its counts
+    assert len(set(order[:300])) == 300  # W0 fits the sizes: one pass, no repeat
+    for consumed in (150, 300, 450, 1000):  # the counts it reports are what it yielded
+        assert s.source_counts(consumed, epoch) == shares(order[:consumed])
+
+    before = [(W2, 0, 700, "declared")] if epoch else []
+    resumed = make(0, *before)
+    resumed.load_state_dict(state)
+    assert list(resumed) == rest
+    declared = make(0, *before, (W1, epoch, 300, "declared"))  # the phases a run declares
+    declared.load_state_dict(state)
+    assert list(declared) == rest
+
+
+def saved_after_a_change() -> dict[str, Any]:
+    """A state 500 positions into an epoch changed at 300: it carries the segment of 300."""
+    s = make(0, (W1, 0, 300, "online"))
+    read(s, 500)
+    state = copy.deepcopy(s.state_dict())
+    assert state["segment"] == {"start": 300, "drawn": [180, 90, 30]}  # W0's exact 300
+    return state
+
+
+def shift_web(state: dict[str, Any], by: int) -> None:
+    state["segment"]["drawn"][0] += by
+    state["source_counts"]["web"] += by
+
+
+@pytest.mark.parametrize(
+    ("corrupt", "match"),
+    [
+        (lambda s: s["segment"].update(start=-1), r"'segment' is invalid \(\bstart\b"),
+        (lambda s: s["segment"].update(drawn=[180, -90, 30]), r"'segment' is invalid \(\bdrawn\b"),
+        (lambda s: s["segment"].update(drawn=[180, 90]), r"2 sources\) does not fit"),
+        (lambda s: s["segment"].update(start=600), r"start 600, 3 sources\) does not fit the"),
+        (lambda s: shift_web(s, 5), r"drawn \[185, 90, 30\]\) does not agree.*corrupted\.$"),
+        (
+            lambda s: s["segment"].update(start=0),
+            r"fit the resume point 500 of 1000 and 3 sources; "
+            r"the state is corrupted\.",
+        ),
+    ],
+)
+def test_a_corrupted_segment_is_refused_and_the_sampler_goes_on_as_before(
+    corrupt: Any, match: str
+) -> None:
+    """A saved segment that does not fit its counts is refused (not loaded as another
+    order), with a StateMismatchError naming the field; the sampler keeps its own state."""
+    state = saved_after_a_change()
+    corrupt(state)
+    s = make(0, (W2, 0, 100, "online"))
+    read(s, 40)
+    own = copy.deepcopy(s.state_dict())
+    with pytest.raises(StateMismatchError, match=match) as refused:
+        s.load_state_dict(state)
+    assert str(refused.value).startswith("Cannot load this state into MixtureSampler: its")
+    assert s.state_dict() == own
+    assert list(s) == list(make(0, (W2, 0, 100, "online")))  # its own schedule, from the start
+
+
+def test_a_state_without_a_segment_loads_the_saved_schedule_not_the_one_read_before() -> None:
+    """Loading a state saved before any change (no segment) into a sampler that has read
+    with other online changes gives the saved run's order, not a stale plan."""
+    saved = make()
+    read(saved, 100)
+    state = copy.deepcopy(saved.state_dict())
+    assert "segment" not in state or state["segment"] is None
+    s = make(0, (W1, 0, 200, "online"))
+    read(s, 300)
+    s.load_state_dict(state)
+    assert list(s) == list(make())[100:]
+
+
+def test_phases_of_one_kind_in_increasing_order_are_accepted_and_others_named() -> None:
+    """check_phases: phases by step or by epoch, strictly increasing; the errors say how."""
+    by_step = [MixturePhase(start_step=s, weights=W0) for s in (0, 10)]
+    by_epoch = [MixturePhase(start_epoch=e, weights=W0) for e in (0, 2)]
+    check_phases(by_step)
+    check_phases(by_epoch)
+    with pytest.raises(
+        ValueError, match=r"^phases mix start_step and start_epoch; use one kind for all\.$"
+    ):
+        check_phases([by_step[0], by_epoch[1]])
+    with pytest.raises(
+        ValueError,
+        match=r"^phases must start in strictly increasing order, got starts \[10, 0\]; sort "
+        r"them and merge phases that start at the same step\.$",
+    ):
+        check_phases(by_step[::-1])
+
+
+def test_a_phase_keeps_its_own_copy_of_the_weights_and_checks_the_temperature() -> None:
+    weights = dict(W1)
+    phase = MixturePhase(start_epoch=1, weights=weights, temperature=2.0)
+    weights["web"] = 9.0
+    assert phase.weights == W1
+    assert type(phase.weights) is dict
+    with pytest.raises(ValueError, match="temperature"):
+        MixturePhase(start_epoch=1, weights=W1, temperature=0.0)
+    with pytest.raises(
+        ValueError,
+        match=r"^MixturePhase\(start_step=None, start_epoch=None\) needs exactly one "
+        r"of start_step and start_epoch\.$",
+    ):
+        MixturePhase(weights=W1)
+    with pytest.raises(
+        ValueError, match=r"weights=\{\} must be a non-empty mapping of source names to weights\.$"
+    ):
+        MixturePhase(start_step=0, weights={})
+
+
+def test_a_changed_schedule_is_refused_with_how_to_accept_it() -> None:
+    """The refusal of other phases names both ways to accept the change on purpose."""
+    saved = make(0, (W1, 0, 500, "declared"))
+    read(saved, 100)
+    with pytest.raises(StateMismatchError) as refused:
+        make(0, (W2, 0, 500, "declared")).load_state_dict(saved.state_dict())
+    assert str(refused.value).endswith(
+        "The resumed run would not mix what the interrupted run mixed. Restore the saved "
+        "phases, or accept the change on purpose (ResumableDataModule(allow_config_change="
+        "True), or sampler.allow_schedule_change = True before loading) to keep the saved "
+        "schedule up to the resume point and use the new one after it."
+    )
+
+
+def test_an_allowed_change_in_a_later_epoch_saves_a_state_that_loads_again() -> None:
+    """After an allowed change resumed mid-epoch 1 (its weights inherited from epoch 0), the
+    run's own state loads into a sampler with the same phases and goes on identically."""
+    saved = make(0, (W1, 0, 500, "declared"))
+    read(saved, 1000)
+    read(saved, 100, epoch=1)
+    phases = ((W1, 0, 500, "declared"), (W2, 1, 300, "declared"))
+    resumed = make(0, *phases)
+    resumed.allow_schedule_change = True
+    resumed.load_state_dict(saved.state_dict())
+    it = iter(resumed)
+    [next(it) for _ in range(50)]
+    state = copy.deepcopy(resumed.state_dict())
+    assert all(e["kind"] in ("declared", "online", "carry") for e in state["schedule"])
+    rest = list(it)
+    again = make(0, *phases)  # no allow_schedule_change: the phases are the state's now
+    again.load_state_dict(state)
+    assert list(again) == rest
+
+
+def test_a_state_with_many_online_changes_loads_in_one_array_check() -> None:
+    """docs/mixing.md: online changes are replayed from the state; 600 of them load with
+    one array check, not an entry-by-entry check each (the per-entry path names errors)."""
+    s = make()
+    it = iter(s)
+    for step in range(600):
+        next(it)
+        s.update_weights(W1 if step % 2 else W2, kind="online")
+    state = s.state_dict()
+    assert len(state["schedule"]) == 601
+    loaded = make()
+    checked: list[Any] = []
+    entry = loaded._entry
+    loaded._entry = lambda *a: checked.append(a) or entry(*a)  # type: ignore[method-assign]
+    loaded.load_state_dict(state)
+    assert len(checked) <= 1  # at most the initial weights
+    assert list(loaded) == list(it)
+
+
+@pytest.mark.parametrize(
+    "saved_changes",
+    [
+        (),  # nothing saved at the resume point
+        ((W1, 0, 700, "declared"),),  # a saved phase there, changed
+        ((W1, 0, 700, "online"),),  # an online change there: replayed, it governs
+    ],
+    ids=["new", "changed", "online-there"],
+)
+def test_an_allowed_phase_starting_exactly_at_the_resume_point_applies_from_there(
+    saved_changes: tuple[tuple[Mapping[str, float], int, int, str], ...],
+) -> None:
+    """allow_schedule_change: a new phase at the resume point itself (the natural 'from
+    here on' change) governs from there; the positions read keep their plan. It was
+    dropped (the saved weights went on) until issue 23's mutation review (schedule.py:116)."""
+    saved = make(0, *saved_changes)
+    first, _ = read(saved, 700)
+    resumed = make(0, (W2, 0, 700, "declared"))
+    resumed.allow_schedule_change = True
+    resumed.load_state_dict(copy.deepcopy(saved.state_dict()))
+    rest = list(resumed)
+    assert len(rest) == 300
+    assert resumed.source_counts(700) == shares(first)
+    online = any(kind == "online" for *_, kind in saved_changes)
+    governing = W1 if online else W2
+    assert resumed.weights_at(0, 700) == pytest.approx(exact_probs(governing))
+    if not online:
+        assert shares(rest) == exact(W2, 300)  # the new phase draws exactly its counts

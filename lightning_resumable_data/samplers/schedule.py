@@ -186,8 +186,7 @@ def reconcile_schedule(
             "run would not mix what the interrupted run mixed. Restore the saved phases, "
             "or accept the change on purpose (ResumableDataModule(allow_config_change=True), or "
             "sampler.allow_schedule_change = True before loading) to keep the saved schedule "
-            "up to the "
-            "resume point and use the new one after it."
+            "up to the resume point and use the new one after it."
         )
     point = (epoch, consumed)
     merged = [dict(e) for e in saved if entry_key(e) <= point]
@@ -204,12 +203,17 @@ def reconcile_schedule(
             ]
             governing["plan_end"] = min([*later, owner.epoch_length])
     ahead = {(*entry_key(e), False): dict(e) for e in now if entry_key(e) > point}
-    # online changes decided before the save keep their places (after a declared change
-    # at the same position; a carried entry there is the saved one's)
-    for e in saved:
-        if entry_key(e) > point and _kind(e) != "declared":
-            slot = (*entry_key(e), _kind(e) == "online")
-            ahead[slot] = dict(e)
+    replayed = [e for e in saved if entry_key(e) > point and _kind(e) != "declared"]
+    starting = [e for e in now if entry_key(e) == point]
+    if starting and key(starting[0]) not in [key(e) for e in merged if entry_key(e) == point]:
+        # a changed phase from the resume point on: nothing of it was read, so it replaces
+        # what was saved there (an online change there is replayed after it)
+        replayed += [e for e in merged if entry_key(e) == point and _kind(e) == "online"]
+        merged = [e for e in merged if entry_key(e) < point]
+        ahead[(epoch, consumed, False)] = dict(starting[0])
+    for e in replayed:  # online changes decided before the save keep their places (after a
+        # declared change at the same position; a carried entry there is the saved one's)
+        ahead[(e["epoch"], e["position"], _kind(e) == "online")] = dict(e)
     return merged + [ahead[k] for k in sorted(ahead)]
 
 
