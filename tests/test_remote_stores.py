@@ -301,6 +301,7 @@ def test_check_sees_a_rewritten_object(
         url, cache=ShardCache(tmp_path / "c", storage_options=store.options)
     )
     assert isinstance(readers[1], RemoteTokenShardReader)
+    readers[1].load()
     readers[1].check()  # unchanged: no error
     rewrite_shard_1(store, url, shards)
     with pytest.raises(ValueError, match=r"shard_00001\.bin' now has .*rewritten"):

@@ -142,9 +142,13 @@ def test_missing_shard_is_named(tmp_path: Path) -> None:
     write(tmp_path)
     (tmp_path / "shard_00001.bin").unlink()
     with pytest.raises(FileNotFoundError, match=r"shard_00001.bin' is listed in index.json"):
-        open_token_shards(tmp_path)
+        open_token_shards(tmp_path, verify=True)
     with pytest.raises(FileNotFoundError, match="does not exist"):
         TokenShardReader(tmp_path / "shard_00001.bin", seq_len=8)
+    readers = open_token_shards(tmp_path)  # by default no file is touched: its load says so
+    with pytest.raises(FileNotFoundError, match=r"shard_00001.bin' does not exist"):
+        readers[1].load()
+    assert not readers[1].loaded
 
 
 def test_truncated_shard_is_named(tmp_path: Path) -> None:
@@ -152,7 +156,10 @@ def test_truncated_shard_is_named(tmp_path: Path) -> None:
     path = tmp_path / "shard_00002.bin"
     path.write_bytes(path.read_bytes()[:-16])  # one whole sample short
     with pytest.raises(ValueError, match=r"has 48 bytes, but index.json says 64"):
-        open_token_shards(tmp_path)
+        open_token_shards(tmp_path, verify=True)
+    readers = open_token_shards(tmp_path)
+    with pytest.raises(ValueError, match=r"shard_00002.bin' holds 3 samples .* index says 4"):
+        readers[2].read(0)
 
 
 def test_size_not_a_multiple_of_the_sample_is_refused(tmp_path: Path) -> None:
@@ -173,9 +180,9 @@ def test_index_disagreeing_with_itself_or_the_file(tmp_path: Path) -> None:
     raw["shards"][0]["bytes"] = 80  # consistent with itself, not with the file
     (tmp_path / "index.json").write_text(json.dumps(raw))
     with pytest.raises(ValueError, match=r"has 64 bytes, but index\.json says 80"):
-        open_token_shards(tmp_path)
+        open_token_shards(tmp_path, verify=True)
     with pytest.raises(ValueError, match="its index says 5"):
-        TokenShardReader(tmp_path / "shard_00000.bin", seq_len=8, num_samples=5)
+        TokenShardReader(tmp_path / "shard_00000.bin", seq_len=8, num_samples=5).load()
 
 
 def test_empty_shard_lists_are_refused(tmp_path: Path) -> None:
@@ -218,6 +225,8 @@ def test_writer_errors(tmp_path: Path) -> None:
 def test_vanished_or_rewritten_file_fails_check(tmp_path: Path) -> None:
     write(tmp_path)
     readers = open_token_shards(tmp_path)
+    readers[0].check()  # not opened: nothing to compare, no file touched
+    readers[0].load(), readers[1].load()
     readers[0].check()
     (tmp_path / "shard_00000.bin").unlink()
     with pytest.raises(FileNotFoundError, match="does not exist"):

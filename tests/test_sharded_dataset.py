@@ -365,15 +365,32 @@ def test_resume_under_another_world_size_reads_every_sample_once(
 
 
 def test_vanished_shard_between_save_and_resume_is_detected(token_dir: Path) -> None:
+    """docs/sharded.md: by default a resume touches no shard file; a shard that vanished is
+    reported by its first load, before any of its samples is read, after exactly the
+    uninterrupted run's batches. With verify=True, load_state_dict reports it."""
     loader = make_loader(token_dir)
-    batches(loader, 4)
-    state = loader.state_dict()
+    uninterrupted = batches(loader)
+    state = make_loader(token_dir).state_at(0, 4)  # after 4 batches
     resumed = make_loader(token_dir)  # opened before the shard vanished
+    verified = StatefulDataLoader(
+        dataset := DistributedShardedDataset(open_token_shards(token_dir, verify=True)),
+        batch_size=3,
+        sampler=dataset.sampler(1, 0),
+    )
     (token_dir / "shard_00002.bin").unlink()
     with pytest.raises(StateMismatchError, match=r"shard 2 \('shard_00002.bin'\).*does not exist"):
-        resumed.load_state_dict(state)
+        verified.load_state_dict(state)
+    resumed.load_state_dict(state)  # no file touched: nothing to compare yet
+    got: list[list[list[int]]] = []
+
+    def read_all() -> None:
+        got.extend(batch.tolist() for batch in resumed)
+
+    with pytest.raises(FileNotFoundError, match=r"shard_00002.bin' does not exist"):
+        read_all()
+    assert got == uninterrupted[4 : 4 + len(got)]  # exact up to the missing shard
     with pytest.raises(FileNotFoundError, match=r"listed in index\.json but does not exist"):
-        make_loader(token_dir)  # opened after: caught when the directory is opened
+        open_token_shards(token_dir, verify=True)  # opened after: caught at open
 
 
 def test_resume_over_a_changed_shard_set_is_refused(token_dir: Path, tmp_path: Path) -> None:
@@ -444,3 +461,44 @@ def test_dataset_pickles_without_threads(token_dir: Path) -> None:
     np.testing.assert_array_equal(clone[0], first)
     dataset.close()
     clone.close()
+
+
+def test_opening_and_resuming_over_many_shards_touches_only_the_shards_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/sharded.md: open_token_shards touches no shard file, and a resume (a fresh
+    loader, load_state_dict, the first batches) looks only at the shards it reads: its cost
+    does not grow with the shard count. verify=True looks at every file at open."""
+    from lightning_resumable_data.shards import TokenShardReader
+    from lightning_resumable_data.shards.tokens import INDEX_FILE, TokenShardIndex
+
+    files = tuple(f"shard_{i:05d}.bin" for i in range(2000))
+    for name in files:
+        with (tmp_path / name).open("wb") as file:
+            file.truncate(16 * 4 * 2)  # 16 samples of 4 uint16 tokens
+    index = TokenShardIndex(4, "uint16", files, (16,) * len(files))
+    (tmp_path / INDEX_FILE).write_text(json.dumps(index.to_json()))
+    looked: list[str] = []
+    inspect = TokenShardReader._inspect
+
+    def counted(reader: TokenShardReader) -> tuple[int, int]:
+        looked.append(reader.name)
+        return inspect(reader)
+
+    monkeypatch.setattr(TokenShardReader, "_inspect", counted)
+
+    def loader(**options: Any) -> StatefulDataLoader:
+        dataset = DistributedShardedDataset(open_token_shards(tmp_path, **options), seed=3)
+        return StatefulDataLoader(dataset, batch_size=8, sampler=dataset.sampler(1, 0))
+
+    state = loader().state_at(0, 1001)  # mid-epoch: 8,008 of 32,000 samples
+    assert looked == []
+    resumed = loader()
+    resumed.load_state_dict(state)
+    first = [batch.tolist() for batch, _ in zip(resumed, range(4), strict=False)]
+    assert len(first) == 4
+    assert 1 <= len(looked) <= 4  # the shards of 4 batches (and one prefetched)
+    resumed.dataset.close()
+    looked.clear()
+    loader(verify=True)
+    assert len(looked) == len(files)

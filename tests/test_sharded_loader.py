@@ -251,10 +251,17 @@ def test_vanished_shard_is_detected_on_resume(tmp_path: Path) -> None:
 
     _, state = take(loader(), 4)
     resumed = loader()
+    for reader in resumed.dataset.readers:
+        reader.load()  # opened (as after reading): load_state_dict checks it again
     (directory / "shard_00005.bin").write_bytes(b"")  # truncated between save and resume
     with pytest.raises(StateMismatchError, match=r"shard 5 \('shard_00005.bin'\): .*now holds 0"):
         resumed.load_state_dict(state)
     resumed.close()
+    fresh = loader()  # a fresh process: nothing opened, the shard's first load says it
+    fresh.load_state_dict(state)
+    with pytest.raises(ValueError, match=r"shard_00005.bin' holds 0 samples .* index says 16"):
+        run_epochs(fresh, 1)
+    fresh.close()
 
 
 def test_state_from_another_configuration_is_refused() -> None:

@@ -109,11 +109,18 @@ class RemoteTokenShardReader(TokenShardReader):
     def _tokens(self) -> Any:
         if self._data is not None:
             return self._data
+        if not self.opened:  # sized from the listing: opened even if the download fails
+            self._open()
         with self.cache.local(self.remote):
             return super()._tokens()
 
     def check(self) -> None:
-        """Raise ``ValueError`` if the remote file changed size or ETag since it was listed."""
+        """Raise ``ValueError`` if the remote file changed size or ETag since it was listed.
+
+        A reader not opened yet was listed when it was built: its first load checks it.
+        """
+        if not self.opened:
+            return
         now = self.cache.stat(self.remote.url)
         if (now.size, now.identity) != (self.remote.size, self.remote.identity):
             raise ValueError(

@@ -82,7 +82,11 @@ def check_readers(readers: Iterable[T], owner: str) -> list[T]:
             f"{owner} got an empty shard list; pass at least one reader "
             "(open_token_shards(directory) returns one per shard)."
         )
+    checked: set[type] = set()  # a protocol check per class, not per shard (10^4 shards)
     for number, reader in enumerate(readers):
+        if type(reader) in checked:
+            continue
+        checked.add(type(reader))
         if not isinstance(reader, ShardReader):
             raise TypeError(
                 f"readers[{number}] is a {type(reader).__name__}, not a ShardReader; wrap "
@@ -92,8 +96,14 @@ def check_readers(readers: Iterable[T], owner: str) -> list[T]:
 
 
 def check_readers_unchanged(readers: Sequence[ShardReader[Any]], sizes: Sequence[int]) -> None:
-    """Raise ``StateMismatchError`` if a shard's storage vanished or changed since ``sizes``."""
+    """Raise ``StateMismatchError`` if a shard's storage vanished or changed since ``sizes``.
+
+    A reader with an ``opened`` flag that is ``False`` (a token shard not read yet) is
+    skipped: nothing of it was looked at, and its first load checks it against its size.
+    """
     for number, reader in enumerate(readers):
+        if not getattr(reader, "opened", True):
+            continue
         try:
             reader.check()
         except (OSError, ValueError) as error:

@@ -63,6 +63,7 @@ def open_token_shards(
     pattern: str = "*.bin",
     preload: bool = True,
     cache: Any = None,
+    verify: bool = False,
 ) -> list[TokenShardReader]:
     """Return one :class:`TokenShardReader` per shard of ``directory``, loading none.
 
@@ -71,16 +72,19 @@ def open_token_shards(
     :class:`~lightning_resumable_data.remote.ShardCache`) as they are needed; see
     :func:`~lightning_resumable_data.remote.open_remote_token_shards`.
 
-    With an ``index.json``, the index gives the order and the sizes, and every file is
-    checked against it (``seq_len``/``dtype``, if given, must agree with it). Without one,
-    ``seq_len`` and ``dtype`` are required and the files matching ``pattern``, sorted by
-    name, are sized from their byte counts.
+    With an ``index.json``, the index gives the order and the sizes (``seq_len``/``dtype``,
+    if given, must agree with it), and no shard file is touched: each is checked against
+    the index when it is first loaded, so opening (and resuming over) 10^4 shards costs
+    milliseconds. ``verify=True`` checks every file now instead (a ``stat`` each), for an
+    error before training starts. Without an index, ``seq_len`` and ``dtype`` are required
+    and the files matching ``pattern``, sorted by name, are sized from their byte counts.
 
     Raises:
-        FileNotFoundError: No index (and no ``seq_len``), or a listed shard is missing.
-        ValueError: A shard's size disagrees with the index or is not a whole number of
-            samples, the index is malformed or disagrees with ``seq_len``/``dtype``, or
-            there are no shards.
+        FileNotFoundError: No index (and no ``seq_len``), or (``verify=True``, or without
+            an index) a listed shard is missing.
+        ValueError: (``verify=True``, or without an index) a shard's size disagrees with the
+            index or is not a whole number of samples; the index is malformed or disagrees
+            with ``seq_len``/``dtype``; or there are no shards.
 
     Example:
         >>> import tempfile
@@ -90,7 +94,12 @@ def open_token_shards(
         [2, 2]
         >>> (directory / "shard_00001.bin").write_bytes(b"xx")  # truncated to one token
         2
-        >>> open_token_shards(directory)
+        >>> readers = open_token_shards(directory)  # touches no file
+        >>> readers[1].load()
+        Traceback (most recent call last):
+        ...
+        ValueError: token shard ... has 2 bytes of tokens, not a multiple of seq_len * itemsize ...
+        >>> open_token_shards(directory, verify=True)
         Traceback (most recent call last):
         ...
         ValueError: token shard ... has 2 bytes, but index.json says 8 ...
@@ -122,7 +131,14 @@ def open_token_shards(
                 "drop the argument or open the right directory."
             )
     readers = []
+    folder = os.fspath(root)
     for file, count, size in zip(index.files, index.samples, index.shard_bytes, strict=True):
+        if not verify:  # no file touched, no Path built: 10^4 shards open in milliseconds
+            location = os.path.join(folder, file)
+            reader = TokenShardReader(location, index.seq_len, index.dtype, num_samples=count,
+                                      preload=preload)  # fmt: skip
+            readers.append(reader)
+            continue
         path = root / file
         if not path.exists():
             raise FileNotFoundError(
@@ -136,7 +152,9 @@ def open_token_shards(
                 f"({count} samples of seq_len={index.seq_len} {index.dtype}): the file is "
                 "truncated or was rewritten. Restore it or rewrite the index."
             )
-        readers.append(
-            TokenShardReader(path, index.seq_len, index.dtype, num_samples=count, preload=preload)
+        reader = TokenShardReader(
+            path, index.seq_len, index.dtype, num_samples=count, preload=preload
         )
+        reader.open()
+        readers.append(reader)
     return readers
