@@ -226,7 +226,8 @@ def test_vanished_or_rewritten_file_fails_check(tmp_path: Path) -> None:
     write(tmp_path)
     readers = open_token_shards(tmp_path)
     readers[0].check()  # not opened: nothing to compare, no file touched
-    readers[0].load(), readers[1].load()
+    readers[0].load()
+    readers[1].load()
     readers[0].check()
     (tmp_path / "shard_00000.bin").unlink()
     with pytest.raises(FileNotFoundError, match="does not exist"):

@@ -498,6 +498,7 @@ def test_opening_and_resuming_over_many_shards_touches_only_the_shards_read(
     first = [batch.tolist() for batch, _ in zip(resumed, range(4), strict=False)]
     assert len(first) == 4
     assert 1 <= len(looked) <= 4  # the shards of 4 batches (and one prefetched)
+    assert isinstance(resumed.dataset, DistributedShardedDataset)
     resumed.dataset.close()
     looked.clear()
     loader(verify=True)
