@@ -21,15 +21,20 @@ from typing import Any
 from _harness import REPO_ROOT, fmt_n, table_header, table_row
 from documents_table import DOCUMENTS, DOCUMENTS_PAGE, document_table
 from remote_table import REMOTE, REMOTE_PAGE, remote_table
+from seeding_tables import (
+    LIGHTNING,
+    SEEDING,
+    SEEDING_PAGE,
+    lightning_overhead_table,
+    seeding_table,
+)
 
 PAGE = REPO_ROOT / "docs" / "benchmarks.md"
 MIXTURE = REPO_ROOT / "benchmarks" / "results" / "mixture.json"
 PEERS = REPO_ROOT / "benchmarks" / "results" / "peers.json"
 SAMPLER = REPO_ROOT / "benchmarks" / "results" / "sampler.json"
 SHARDS = REPO_ROOT / "benchmarks" / "results" / "shards.json"
-SEEDING = REPO_ROOT / "benchmarks" / "results" / "seeding.json"
 MIXTURE_RANKS = REPO_ROOT / "benchmarks" / "results" / "mixture_ranks.json"
-SEEDING_PAGE = REPO_ROOT / "docs" / "randomness.md"
 SHARDS_PAGE = REPO_ROOT / "docs" / "sharded.md"
 SAMPLER_NAMES = {
     "torch": "torch `DistributedSampler`",
@@ -175,41 +180,6 @@ def shards_table(results: dict[str, Any]) -> list[str]:
     ]
 
 
-def seeding_table(results: dict[str, Any]) -> list[str]:
-    """The cost of ``seed_training_step`` against a small model's step (``bench_seeding.py``)."""
-    r = results["results"]
-    return [
-        f"`{results['command']}`: {results['conditions']}; {results['load_average']} at the "
-        "end of the run.",
-        "",
-        *table_header("measurement (CPU time, one thread)", "per call / step", "seeding / step"),
-        table_row(
-            ["`seed_training_step` (key + torch, NumPy, `random`)", f"{r['seed_us']:.0f} us", ""]
-        ),
-        table_row(
-            [
-                "`torch.manual_seed` (for comparison, not used)",
-                f"{r['torch_manual_seed_us']:.0f} us",
-                "",
-            ]
-        ),
-        table_row(
-            [
-                "MLP 784-256-256-10 with dropout, batch 64, AdamW: plain torch step",
-                f"{r['torch_step_us'] / 1e3:.2f} ms",
-                f"{r['ratio_torch']:.2%}",
-            ]
-        ),
-        table_row(
-            [
-                "the same model, one `Trainer` training batch (seeding off)",
-                f"{r['lightning_step_off_us'] / 1e3:.2f} ms",
-                f"**{r['ratio_lightning']:.2%}**",
-            ]
-        ),
-    ]
-
-
 def mixture_ranks_table(results: dict[str, Any]) -> list[str]:
     """Cost per sample per rank by source-size mix and world size (``bench_mixture_ranks``)."""
     lines = [
@@ -280,6 +250,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if path.exists():
             old = page.read_text()
             pages.append((page, old, replace_block(old, name, table(json.loads(path.read_text())))))
+    if LIGHTNING.exists():  # a second block of the seeding page, rewritten or not yet
+        done = [i for i, (page, _, _) in enumerate(pages) if page == SEEDING_PAGE]
+        if not done:
+            pages.append((SEEDING_PAGE, SEEDING_PAGE.read_text(), SEEDING_PAGE.read_text()))
+        at = done[0] if done else len(pages) - 1
+        overhead = lightning_overhead_table(json.loads(LIGHTNING.read_text()))
+        page, old, seeded = pages[at]
+        pages[at] = (page, old, replace_block(seeded, "lightning-overhead-table", overhead))
     if args.check:
         stale = [str(page.relative_to(REPO_ROOT)) for page, old, new in pages if old != new]
         if stale:

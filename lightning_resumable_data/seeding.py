@@ -5,9 +5,12 @@ torch's CPU generator, each CUDA device's default generator, NumPy's global ``Ra
 and Python's ``random``. Their state after step ``k`` depends on everything drawn before it,
 so a run resumed from a checkpoint (or one that validated at another moment) draws
 different numbers from step ``k`` on, and its parameters drift away from the uninterrupted
-run's. Reseeding all four at the start of every training batch from a key of (seed, global
+run's. Reseeding them at the start of every training batch from a key of (seed, global
 step, data-parallel rank, micro-batch index) makes every draw a pure function of the run and
 its position: nothing to save, the same after a resume, and deterministic on another layout.
+Torch's generators (CPU and CUDA) are reseeded by default; NumPy's and ``random`` on request
+(``generators=GENERATORS``): seeding NumPy's ``RandomState`` costs more than the rest of a
+step's bookkeeping together.
 
 The key is derived fixed-width (:mod:`~lightning_resumable_data.index.keys`, hashed with
 BLAKE2b: a few microseconds a step), so distinct tuples never share a stream; each generator
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -39,9 +43,13 @@ import torch
 from lightning_resumable_data.index.keys import KEY_LIMIT, key_digest, key_sequence
 
 __all__ = [
+    "DEFAULT_GENERATORS",
+    "GENERATORS",
     "StepSeeds",
+    "check_generators",
     "data_parallel_rank",
     "run_seed",
+    "seed_global_generators",
     "seed_training_step",
     "seed_validation_batch",
     "step_seeds",
@@ -50,6 +58,11 @@ __all__ = [
 _TRAIN_STREAM: Final = 0x54524149  # "TRAI"
 _EVAL_STREAM: Final = 0x4556414C  # "EVAL"
 _RUN_STREAM: Final = 0x52554E53  # "RUNS"
+
+GENERATORS: Final = ("torch", "numpy", "random")
+"""The global generators the package can reseed (``torch``: CPU and every CUDA device)."""
+DEFAULT_GENERATORS: Final = ("torch",)
+"""What is reseeded by default: torch's, which dropout and ``torch.rand*`` draw from."""
 
 
 @dataclass(frozen=True)
@@ -100,18 +113,41 @@ def step_seeds(
     )
 
 
-def seed_global_generators(seeds: StepSeeds) -> None:
-    """Seed torch (CPU, and every CUDA device when CUDA is available), NumPy and ``random``.
+def check_generators(generators: object) -> tuple[str, ...]:
+    """``generators`` as a tuple of names from :data:`GENERATORS`, or a ``ValueError``.
+
+    Example:
+        >>> check_generators(["numpy", "torch"])
+        ('torch', 'numpy')
+    """
+    chosen: tuple[object, ...] = ()
+    if isinstance(generators, str):
+        chosen = (generators,)
+    elif isinstance(generators, Iterable):
+        chosen = tuple(generators)
+    if not chosen or any(name not in GENERATORS for name in chosen):
+        raise ValueError(
+            f"generators={generators!r} must name one or more of {GENERATORS}, e.g. "
+            f'("torch", "numpy", "random") to reseed NumPy\'s and Python\'s too.'
+        )
+    return tuple(name for name in GENERATORS if name in chosen)
+
+
+def seed_global_generators(seeds: StepSeeds, generators: tuple[str, ...]) -> None:
+    """Seed ``generators``: ``torch`` (CPU, and CUDA when available), ``numpy``, ``random``.
 
     ``torch.manual_seed`` would do torch's part too, but it formats a stack trace for every
     lazily seeded backend (~200 us a call); this seeds the CPU generator directly and CUDA
     through ``torch.cuda.manual_seed_all`` (immediate once CUDA is initialised).
     """
-    torch.default_generator.manual_seed(seeds.torch)
-    if torch.cuda.is_available():
-        torch.cuda.manual_seed_all(seeds.torch)
-    np.random.seed(np.array(seeds.numpy, dtype=np.uint32))
-    random.seed(seeds.python)
+    if "torch" in generators:
+        torch.default_generator.manual_seed(seeds.torch)
+        if torch.cuda.is_available():
+            torch.cuda.manual_seed_all(seeds.torch)
+    if "numpy" in generators:  # ~10 us hot, ~40 us inside a training step: opt-in
+        np.random.seed(np.array(seeds.numpy, dtype=np.uint32))
+    if "random" in generators:
+        random.seed(seeds.python)
 
 
 def data_parallel_rank(source: object) -> int:
@@ -146,7 +182,12 @@ def data_parallel_rank(source: object) -> int:
 
 
 def seed_training_step(
-    fabric_or_rank: object, seed: int, step: int, micro_batch: int = 0
+    fabric_or_rank: object,
+    seed: int,
+    step: int,
+    micro_batch: int = 0,
+    *,
+    generators: Sequence[str] = DEFAULT_GENERATORS,
 ) -> StepSeeds:
     """Reseed the global generators for one training batch; call it before the forward.
 
@@ -162,29 +203,42 @@ def seed_training_step(
         seed: The run's training seed, ``0 <= seed < 2**64``.
         step: The optimizer step the batch belongs to (saved with your checkpoint).
         micro_batch: The batch's index within the step under gradient accumulation.
+        generators: Which global generators to reseed, from :data:`GENERATORS`: by default
+            torch's (CPU and every CUDA device), what dropout and ``torch.rand*`` draw from;
+            add ``"numpy"`` and ``"random"`` when the step draws from ``np.random`` or
+            ``random`` (NumPy's seeding costs ~10-40 us a call).
 
     Returns:
-        The seeds it used.
+        The seeds it used (each generator's own words of one key, whichever are seeded).
 
     Raises:
-        ValueError: A value is negative or not below 2**64.
+        ValueError: A value is negative or not below 2**64, or an unknown generator.
     """
+    chosen = check_generators(generators)
     seeds = step_seeds(seed, step, data_parallel_rank(fabric_or_rank), micro_batch)
-    seed_global_generators(seeds)
+    seed_global_generators(seeds, chosen)
     return seeds
 
 
 def seed_validation_batch(
-    fabric_or_rank: object, seed: int, step: int, batch: int, dataloader: int = 0
+    fabric_or_rank: object,
+    seed: int,
+    step: int,
+    batch: int,
+    dataloader: int = 0,
+    *,
+    generators: Sequence[str] = DEFAULT_GENERATORS,
 ) -> StepSeeds:
     """Reseed the global generators for validation batch ``batch`` run after ``step`` steps.
 
     A stream of its own: validation draws the same before and after a resume, and training,
-    which reseeds at its next batch, never sees what validation drew.
+    which reseeds at its next batch, never sees what validation drew. ``generators`` as in
+    :func:`seed_training_step`.
     """
+    chosen = check_generators(generators)
     rank = data_parallel_rank(fabric_or_rank)
     seeds = step_seeds(seed, step, rank, dataloader, validation_batch=batch)
-    seed_global_generators(seeds)
+    seed_global_generators(seeds, chosen)
     return seeds
 
 

@@ -278,7 +278,7 @@ def test_each_generator_gets_its_own_words_of_the_key() -> None:
     assert torch.initial_seed() == seeds[3].torch
     expected_numpy = np.random.RandomState(np.array(seeds[3].numpy, dtype=np.uint32)).random()
     expected_python = random.Random(seeds[3].python).random()
-    seed_training_step(0, seed=7, step=3)
+    seed_training_step(0, seed=7, step=3, generators=("torch", "numpy", "random"))
     assert (np.random.random(), random.random()) == (expected_numpy, expected_python)
 
 

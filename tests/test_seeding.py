@@ -27,6 +27,7 @@ from lightning_resumable_data import (
     StatefulDataLoader,
 )
 from lightning_resumable_data.seeding import (
+    GENERATORS,
     data_parallel_rank,
     run_seed,
     seed_training_step,
@@ -57,21 +58,60 @@ def test_fixed_width_keys_do_not_collide_across_magnitudes() -> None:
 
 
 def test_seeding_reaches_torch_numpy_and_random() -> None:
-    seed_training_step(0, seed=3, step=10, micro_batch=1)
+    seed_training_step(0, seed=3, step=10, micro_batch=1, generators=GENERATORS)
     first = draws()
     draws()  # move every generator on
-    seed_training_step(0, seed=3, step=10, micro_batch=1)
+    seed_training_step(0, seed=3, step=10, micro_batch=1, generators=GENERATORS)
     assert draws() == first
-    seed_training_step(0, seed=3, step=11)
+    seed_training_step(0, seed=3, step=11, generators=GENERATORS)
     assert all(a != b for a, b in zip(draws(), first, strict=True))
 
 
+@pytest.mark.parametrize(
+    ("generators", "reseeded"),
+    [
+        (None, (True, False, False)),  # the default: torch's only
+        (("torch",), (True, False, False)),
+        (("numpy",), (False, True, False)),
+        (["random", "torch"], (True, False, True)),
+        ("random", (False, False, True)),
+    ],
+)
+def test_only_the_chosen_generators_are_reseeded(
+    generators: Any, reseeded: tuple[bool, bool, bool]
+) -> None:
+    """docs/randomness.md: torch's generators by default; NumPy's and random's on request.
+    A generator not chosen goes on from where it was (not reseeded, not drawn from)."""
+    chosen = {} if generators is None else {"generators": generators}
+
+    def after(reseed: Any) -> tuple[float, float, float]:
+        torch.manual_seed(1), np.random.seed(1), random.seed(1)
+        reseed()
+        return draws()
+
+    untouched = after(lambda: None)
+    first = after(lambda: seed_training_step(0, seed=3, step=10, **chosen))
+    assert tuple(a != b for a, b in zip(first, untouched, strict=True)) == reseeded
+    seed_training_step(0, seed=3, step=10, **chosen)
+    again = draws()
+    for a, b, chose in zip(again, first, reseeded, strict=True):
+        assert a == b or not chose  # the chosen ones: the step's draws again
+    validation = after(lambda: seed_validation_batch(0, seed=3, step=10, batch=0, **chosen))
+    assert tuple(a != b for a, b in zip(validation, untouched, strict=True)) == reseeded
+
+
+@pytest.mark.parametrize("generators", [(), ("torch", "jax"), 3, ["numpy", None]])
+def test_unknown_generators_are_refused(generators: Any) -> None:
+    with pytest.raises(ValueError, match=r"must name one or more of \('torch', 'numpy'"):
+        seed_training_step(0, seed=3, step=10, generators=generators)
+
+
 def test_validation_batches_have_their_own_stream() -> None:
-    seed_training_step(0, seed=3, step=4)
+    seed_training_step(0, seed=3, step=4, generators=GENERATORS)
     training = draws()
-    seed_validation_batch(0, seed=3, step=4, batch=0)
+    seed_validation_batch(0, seed=3, step=4, batch=0, generators=GENERATORS)
     validation = draws()
-    seed_validation_batch(0, seed=3, step=4, batch=0)
+    seed_validation_batch(0, seed=3, step=4, batch=0, generators=GENERATORS)
     assert draws() == validation != training
 
 
@@ -132,8 +172,10 @@ def test_run_seed_keys_the_seed_everything_seed(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_callback_arguments_are_checked() -> None:
-    with pytest.raises(TypeError, match="seed_training='yes' must be True or False"):
+    with pytest.raises(TypeError, match=r"seed_training='yes' must be True .*, False, or a tuple"):
         ResumableDataCallback(seed_training="yes")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"generators=\('torch', 'jax'\) must name one or more"):
+        ResumableDataCallback(seed_training=("torch", "jax"))
     with pytest.raises(ValueError, match="training_seed=-1 must be an int in"):
         ResumableDataCallback(training_seed=-1)
     for bad in (True, 1.5, "5", 2**64):
@@ -189,12 +231,33 @@ def _fit(
     return model
 
 
-def test_default_reseeds_every_training_batch(tmp_path: Path) -> None:
+def test_default_reseeds_torch_at_every_training_batch_and_leaves_numpy_and_random(
+    tmp_path: Path,
+) -> None:
+    """docs/randomness.md: by default torch's generator is reseeded at every training batch;
+    NumPy's and random's go on from where the step before left them."""
     pl.seed_everything(1)
     model = _fit(tmp_path, None)  # the DataModule installs the callback: seeding on
+    assert len(model.states) == 8
+    left = None
+    for kind, step, state in model.states:
+        if kind == "start":
+            seed_training_step(0, run_seed(6, 1), step)
+            assert state[0] == _state()[0]
+            assert left is None or state[1:] == left[1:]  # not reseeded
+        left = state
+
+
+@pytest.mark.parametrize("generators", [GENERATORS, ("random", "torch", "numpy")])
+def test_on_request_every_generator_is_reseeded_at_every_training_batch(
+    tmp_path: Path, generators: tuple[str, ...]
+) -> None:
+    pl.seed_everything(1)
+    model = _fit(tmp_path, ResumableDataCallback(seed_training=generators))
     starts = [(step, state) for kind, step, state in model.states if kind == "start"]
+    assert len(starts) == 4
     for step, state in starts:
-        seed_training_step(0, run_seed(6, 1), step)
+        seed_training_step(0, run_seed(6, 1), step, generators=GENERATORS)
         assert state == _state()
 
 
@@ -244,7 +307,7 @@ def test_without_a_resumable_datamodule_the_training_seed_is_zero(
     assert len(starts) == 2
     for step, state in starts:
         seed_training_step(0, 0, step)
-        assert state == _state()
+        assert state[0] == _state()[0]
 
 
 def test_seed_everything_sweeps_still_vary_and_a_resume_keeps_the_saved_seed(
@@ -257,7 +320,9 @@ def test_seed_everything_sweeps_still_vary_and_a_resume_keeps_the_saved_seed(
     assert first.states[0] != other.states[0]  # another seed_everything seed: other masks
     # resumed under seed_everything(2): the checkpoint's training seed continues the run
     resumed = _fit(tmp_path / "c", None, ckpt=str(tmp_path / "a" / "step=2.ckpt"))
-    assert resumed.states == first.states[4:]
+    assert [(*state[:2], state[2][0]) for state in resumed.states] == [
+        (*state[:2], state[2][0]) for state in first.states[4:]
+    ]  # torch's generator: the default
 
 
 def test_fabric_loop_resumes_to_bit_identical_parameters(tmp_path: Path) -> None:
@@ -323,7 +388,7 @@ def test_each_batch_draws_from_its_documented_key(tmp_path: Path, manual: bool) 
     model = _ManualRecorder() if manual else _Recorder()
     trainer = make_trainer(
         tmp_path,
-        ResumableDataCallback(training_seed=11),
+        ResumableDataCallback(training_seed=11, seed_training=GENERATORS),
         max_epochs=1,
         accumulate_grad_batches=1 if manual else 2,
         enable_checkpointing=False,
@@ -335,6 +400,6 @@ def test_each_batch_draws_from_its_documented_key(tmp_path: Path, manual: bool) 
     assert steps == [0, 0, 1, 1, 2, 2]  # two batches per optimizer step, either way
     for batch, state in enumerate(starts):
         micro = batch if manual else batch % 2
-        seed_training_step(0, 11, steps[batch], micro)
+        seed_training_step(0, 11, steps[batch], micro, generators=GENERATORS)
         assert state == _state(), f"batch {batch}"
     assert len({state[0] for state in starts}) == len(starts)  # every batch its own draw

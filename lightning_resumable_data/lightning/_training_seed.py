@@ -1,6 +1,6 @@
 """The callback's training seed: its options checked, chosen at a fit's start, restored.
 
-With ``seed_training=True`` the callback reseeds the global generators at every training
+With ``seed_training`` on the callback reseeds the global generators at every training
 and validation batch of ``fit`` from one seed shared by all ranks: the one passed, else the
 DataModule's ``seed`` keyed with ``seed_everything``'s (see ``docs/randomness.md``); a
 checkpoint's seed continues a resumed run's randomness.
@@ -12,22 +12,46 @@ import lightning.pytorch as pl
 from lightning.pytorch.utilities import rank_zero_info
 
 from lightning_resumable_data.lightning._contract import PhasedDataModule
-from lightning_resumable_data.seeding import data_parallel_rank, run_seed, seed_training_step
+from lightning_resumable_data.seeding import (
+    DEFAULT_GENERATORS,
+    GENERATORS,
+    check_generators,
+    data_parallel_rank,
+    run_seed,
+    seed_global_generators,
+    step_seeds,
+)
 
-__all__ = ["check_seed_options", "fit_seed", "micro_batch", "restored_seed", "seed_step"]
+__all__ = [
+    "check_seed_options",
+    "fit_seed",
+    "micro_batch",
+    "restored_seed",
+    "seed_step",
+    "seed_validation",
+]
 
 
-def check_seed_options(seed_training: object, training_seed: object) -> None:
-    """Refuse a ``seed_training`` that is not a bool, or a ``training_seed`` out of range.
+def check_seed_options(seed_training: object, training_seed: object) -> tuple[str, ...]:
+    """The generators ``seed_training`` reseeds (``()``: none), or why the options are wrong.
+
+    ``True`` is torch's; a sequence names them (from ``seeding.GENERATORS``).
 
     Example:
         >>> check_seed_options(True, 2**63), check_seed_options(False, None)
-        (None, None)
+        (('torch',), ())
+        >>> check_seed_options(("random", "torch", "numpy"), None)
+        ('torch', 'numpy', 'random')
     """
-    if not isinstance(seed_training, bool):
+    generators: tuple[str, ...]
+    if isinstance(seed_training, bool):
+        generators = DEFAULT_GENERATORS if seed_training else ()
+    elif isinstance(seed_training, (list, tuple)):
+        generators = check_generators(seed_training)  # a ValueError naming the choices
+    else:
         raise TypeError(
-            f"seed_training={seed_training!r} must be True or False; pass "
-            "training_seed=... to choose the seed."
+            f"seed_training={seed_training!r} must be True (torch's generators), False, or a "
+            f"tuple of generators from {GENERATORS}; pass training_seed=... to choose the seed."
         )
     if training_seed is not None and (
         isinstance(training_seed, bool)
@@ -38,6 +62,7 @@ def check_seed_options(seed_training: object, training_seed: object) -> None:
             f"training_seed={training_seed!r} must be an int in [0, 2**64), or None for "
             "the DataModule's seed."
         )
+    return generators
 
 
 def fit_seed(trainer: pl.Trainer, training_seed: int | None, datamodule: object) -> tuple[int, int]:
@@ -74,10 +99,24 @@ def restored_seed(seed: int | None, training_seed: int | None, saved: object) ->
 
 
 def seed_step(
-    rank: int, seed: int, trainer: pl.Trainer, pl_module: pl.LightningModule, batch_idx: int
+    generators: tuple[str, ...],
+    rank: int,
+    seed: int,
+    trainer: pl.Trainer,
+    pl_module: pl.LightningModule,
+    batch_idx: int,
 ) -> None:
-    """Reseed the global generators for training batch ``batch_idx`` of this step."""
-    seed_training_step(rank, seed, trainer.global_step, micro_batch(trainer, pl_module, batch_idx))
+    """Reseed ``generators`` (checked) for training batch ``batch_idx`` of this step."""
+    within = micro_batch(trainer, pl_module, batch_idx)
+    seed_global_generators(step_seeds(seed, trainer.global_step, rank, within), generators)
+
+
+def seed_validation(
+    generators: tuple[str, ...], rank: int, seed: int, step: int, batch: int, dataloader: int
+) -> None:
+    """Reseed ``generators`` (checked) for validation batch ``batch`` after ``step`` steps."""
+    keyed = step_seeds(seed, step, rank, dataloader, validation_batch=batch)
+    seed_global_generators(keyed, generators)
 
 
 def micro_batch(trainer: pl.Trainer, pl_module: pl.LightningModule, batch_idx: int) -> int:

@@ -34,13 +34,13 @@ from lightning_resumable_data.lightning._training_seed import (
     fit_seed,
     restored_seed,
     seed_step,
+    seed_validation,
 )
 from lightning_resumable_data.lightning.guard import PositionGuard, Verify
 from lightning_resumable_data.lightning.mixing import OnlineMixer, Policy
 from lightning_resumable_data.lightning.progress import TrainedBatches
 from lightning_resumable_data.loader import StatefulDataLoader
 from lightning_resumable_data.samplers.schedule import MixturePhase
-from lightning_resumable_data.seeding import seed_validation_batch
 from lightning_resumable_data.state import ResumeWarning
 
 __all__ = ["ResumableDataCallback"]
@@ -72,10 +72,10 @@ class ResumableDataCallback(pl.Callback):
       and after a resume under another batch or world size restates Lightning's batch count
       of the resumed epoch in the new layout (see ``docs/lightning.md``).
     * **Training randomness** (``seed_training=True``): at the start of every training
-      batch of ``fit``, reseeds torch (CPU and every CUDA device), NumPy's global RNG and
-      ``random`` from (training seed, global step, data-parallel rank, micro-batch), and
-      every validation batch of ``fit`` (sanity check included) from a stream of its own:
-      dropout and other draws are the same after a resume (see ``docs/randomness.md``).
+      batch of ``fit``, reseeds torch (CPU and every CUDA device; NumPy's global RNG and
+      ``random`` too with ``seed_training=("torch", "numpy", "random")``) from (training
+      seed, global step, data-parallel rank, micro-batch), and every validation batch of
+      ``fit`` from a stream of its own: dropout is the same after a resume.
     * **Checkpoint**: saves its phases, training seed and the online mixer's memory of the
       per-source values a policy reads (under the stable ``state_key``
       ``"ResumableDataCallback"``) and, on resume, refuses changed phases unless the
@@ -99,8 +99,9 @@ class ResumableDataCallback(pl.Callback):
             ``policy_every_n_steps`` optimizer steps on every rank; rank 0's result is
             applied on every rank (see ``docs/mixing.md``).
         policy_every_n_steps: Period of the policy and of :meth:`set_weights`'s sync points.
-        seed_training: Reseed the global RNGs at every training and validation batch of
-            ``fit``; ``False`` leaves them to you (``seed_everything`` and your own code).
+        seed_training: Reseed torch's generators at every training and validation batch of
+            ``fit``; a tuple from ``("torch", "numpy", "random")`` picks the generators;
+            ``False`` leaves them to you (``seed_everything`` and your own code).
         training_seed: The training seed; ``None`` takes the DataModule's ``seed`` (0
             without a :class:`ResumableDataModule`), keyed with ``seed_everything``'s seed
             when one is set, and on resume the checkpoint's.
@@ -114,7 +115,7 @@ class ResumableDataCallback(pl.Callback):
         phases: Sequence[MixturePhase] = (),
         *,
         log_every_n_steps: int | None = None,
-        seed_training: bool = True,
+        seed_training: bool | tuple[str, ...] = True,
         training_seed: int | None = None,
         policy: Policy | None = None,
         policy_every_n_steps: int | None = None,
@@ -122,7 +123,7 @@ class ResumableDataCallback(pl.Callback):
     ) -> None:
         self.phases = checked_phases(phases)
         self.log_every_n_steps = log_every_n_steps
-        check_seed_options(seed_training, training_seed)
+        self._generators = check_seed_options(seed_training, training_seed)
         self.seed_training = seed_training
         self.training_seed = training_seed
         self._seed: int | None = None  # the run's training seed, resolved in setup/restore
@@ -223,7 +224,7 @@ class ResumableDataCallback(pl.Callback):
             if bar is not None and getattr(bar, "is_enabled", True):
                 bar.on_train_epoch_start(trainer, pl_module)  # restores its total and title
         if self._seed is not None:  # last: nothing this hook does draws after it
-            seed_step(self._rank, self._seed, trainer, pl_module, batch_idx)
+            seed_step(self._generators, self._rank, self._seed, trainer, pl_module, batch_idx)
 
     @override
     def on_validation_batch_start(
@@ -235,9 +236,8 @@ class ResumableDataCallback(pl.Callback):
         dataloader_idx: int = 0,
     ) -> None:
         if self._seed is not None and trainer.state.fn == TrainerFn.FITTING:
-            seed_validation_batch(
-                self._rank, self._seed, trainer.global_step, batch_idx, dataloader_idx
-            )
+            seeding = self._generators, self._rank, self._seed
+            seed_validation(*seeding, trainer.global_step, batch_idx, dataloader_idx)
 
     @override
     def on_train_batch_end(

@@ -1,6 +1,7 @@
 """Training randomness across a resume: final parameters bit-identical to the uninterrupted run.
 
-Real ``Trainer`` runs (``train_dropout.py``: dropout, noise from torch, NumPy and ``random``,
+Real ``Trainer`` runs (``train_dropout.py``: dropout, noise from torch, NumPy and ``random``
+under ``seed_training=("torch", "numpy", "random")``; a torch-only model under the default,
 keyed augmentations, ``val_check_interval=0.5`` with a validation step that draws from the
 global generators) forked from one warm process. Every resumed run's parameters are compared
 with ``torch.equal`` against the uninterrupted run's: from checkpoints mid-epoch, just before
@@ -120,6 +121,17 @@ def test_elastic_resume_is_deterministic(runs: Runs) -> None:
     first, second = runs.run("elastic-1", args), runs.run("elastic-2", args)
     assert identical(params(first), params(second))
     assert not identical(params(first), params(runs.reference()))  # another layout
+
+
+def test_the_default_seeding_resumes_a_torch_only_model_bit_identically(runs: Runs) -> None:
+    """docs/randomness.md: the default (``seed_training=True``, no argument) reseeds torch's
+    generators: a model with dropout and torch noise resumes to identical parameters, also
+    just after a mid-epoch validation that drew from them."""
+    reference = runs.reference("--torch-only")
+    checkpoint = reference / "ckpt" / CHECKPOINTS["after mid-epoch validation"]
+    resumed = runs.run("torch-only", ["--torch-only", "--ckpt", str(checkpoint)])
+    assert identical(params(resumed), params(reference))
+    assert not identical(params(reference), params(runs.reference()))  # another model
 
 
 def test_without_seeding_the_resume_diverges(runs: Runs) -> None:

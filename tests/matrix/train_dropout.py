@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, run as a
 from faults.forkserve import serve
 
 from lightning_resumable_data import ResumableDataCallback, ResumableDataModule, SampleKey
+from lightning_resumable_data.seeding import GENERATORS
 from matrix.train import checkpoints
 
 N, FEATURES = 64, 8
@@ -54,7 +55,7 @@ class Augmented(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
 
 
 class Model(pl.LightningModule):
-    def __init__(self, out: Path, kill_at: int | None) -> None:
+    def __init__(self, out: Path, kill_at: int | None, torch_only: bool = False) -> None:
         super().__init__()
         self.net = torch.nn.Sequential(
             torch.nn.Linear(FEATURES, 32),
@@ -62,7 +63,7 @@ class Model(pl.LightningModule):
             torch.nn.Dropout(0.3),
             torch.nn.Linear(32, 1),
         )
-        self.out, self.kill_at = out, kill_at
+        self.out, self.kill_at, self.torch_only = out, kill_at, torch_only
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         if self.global_step == self.kill_at and self.global_rank == 0:
@@ -71,14 +72,16 @@ class Model(pl.LightningModule):
         with (self.out / f"ids_rank{self.global_rank}.jsonl").open("a") as f:
             f.write(json.dumps(line) + "\n")
         # noise injection from every global generator: torch (dropout too), NumPy, random
-        scale = 1.0 + 0.1 * float(np.random.random()) + 0.1 * random.random()
+        scale = 1.0 if self.torch_only else 1.0 + 0.1 * np.random.random() + 0.1 * random.random()
         x = batch["x"] * scale + 0.01 * torch.randn_like(batch["x"])
         loss: torch.Tensor = (self.net(x) - batch["x"].sum(1, keepdim=True)).pow(2).mean()
         return loss
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         # draws from the global generators, as MC-dropout or a noisy metric would
-        noise = torch.rand(3).sum() + float(np.random.random()) + random.random()
+        noise = torch.rand(3).sum()
+        if not self.torch_only:
+            noise = noise + float(np.random.random()) + random.random()
         self.log("val", self.net(batch["x"]).mean() + 0 * noise, sync_dist=True)
 
     def on_fit_end(self) -> None:
@@ -98,6 +101,12 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=0)
     parser.add_argument("--accumulate", type=int, default=1)
     parser.add_argument("--no-seed", action="store_true", help="seed_training=False")
+    parser.add_argument(
+        "--torch-only",
+        action="store_true",
+        help="the default seed_training=True (torch's generators) and a model drawing from "
+        "torch only; else seed_training=(torch, numpy, random) and noise from all three",
+    )
     parser.add_argument("--kill-at", type=int)
     parser.add_argument("--ckpt")
     return parser.parse_args(argv)
@@ -109,7 +118,11 @@ def main(argv: Sequence[str]) -> None:
     pl.seed_everything(1)  # the initial weights; the process's RNG state otherwise
     callbacks: list[pl.Callback] = [
         *checkpoints(args.out),
-        ResumableDataCallback(log_every_n_steps=0, seed_training=not args.no_seed),
+        ResumableDataCallback(log_every_n_steps=0)
+        if args.torch_only
+        else ResumableDataCallback(
+            log_every_n_steps=0, seed_training=False if args.no_seed else GENERATORS
+        ),
     ]
     datamodule = ResumableDataModule(
         Augmented(N),
@@ -135,7 +148,8 @@ def main(argv: Sequence[str]) -> None:
         enable_model_summary=False,
         default_root_dir=args.out,
     )
-    trainer.fit(Model(args.out, args.kill_at), datamodule=datamodule, ckpt_path=args.ckpt)
+    model = Model(args.out, args.kill_at, args.torch_only)
+    trainer.fit(model, datamodule=datamodule, ckpt_path=args.ckpt)
 
 
 if __name__ == "__main__":
