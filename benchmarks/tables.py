@@ -52,35 +52,62 @@ PATH_NAMES = {
 
 
 def peers_table(results: dict[str, Any]) -> list[str]:
-    """Resume latency, read throughput and Lightning steps/s of ``bench_peers.py``."""
+    """Resume latency and read rate of ``bench_peers.py``, with every path's ratios."""
+    names = {
+        **PATH_NAMES,
+        "torchdata": "torchdata: `.npy` memmap + torch `DistributedSampler`",
+        "litdata": "LitData: `TokensLoader` + `StreamingDataLoader`",
+        "grain": "Grain: `MapDataset` -> `IterDataset`",
+        "raw": "raw limit: memmap gather, one process",
+    }
+    refs = {"torchdata": "torchdata", "litdata": "LitData", "grain": "Grain", "raw": "raw limit"}
     resume, rates = results["resume_s"], results["throughput"]
-    ks = sorted({int(k) for row in resume.values() for k in row})
+
+    def _ratio(value: float, ref: float | None) -> str:  # two significant digits below 0.1
+        if not ref:
+            return "—"
+        return f"{value / ref:.2f}x" if value / ref >= 0.1 else f"{value / ref:.2g}x"
+
+    def section(title: str, values: dict[str, dict[str, float]], unit: str) -> list[str]:
+        present = [p for p in refs if values.get(p)]
+        case = "resume at" if values is resume else "workers"
+        out = [title, "", *table_header(case, "path", unit, *(f"÷ {refs[p]}" for p in present))]
+        for key in sorted({k for row in values.values() for k in row}, key=int):
+            for path, row in values.items():
+                if key not in row:
+                    continue
+                value = row[key]
+                shown = f"{value * 1e3:.1f}" if values is resume else f"{value:,.0f}"
+                ratios = [_ratio(value, values[p].get(key)) for p in present]
+                label = f"k = {int(key):,}" if values is resume else key
+                out.append(table_row([label, names.get(path, path), shown, *ratios]))
+        return out
+
     lines = [
         f"`{results['command']}`: {results['conditions']}; {results['load_average']} at the "
         "end of the run.",
         "",
-        "Fresh loader + `load_state_dict` + first batch, ms (k = 0: the first batch of a "
-        "fresh start):",
-        "",
-        *table_header("path", *(f"k = {k:,}" for k in ks)),
     ]
-    for path, row in resume.items():
-        cells = [f"{row[str(k)] * 1e3:.1f}" if str(k) in row else "—" for k in ks]
-        lines.append(table_row([PATH_NAMES.get(path, path), *cells]))
-    lines += [
-        "",
-        "Read throughput, samples/s:",
-        "",
-        *table_header("path", "0 workers", "2 workers"),
-    ]
-    for path, row in rates.items():
-        cells = [f"{row[w]:,.0f}" if w in row else "—" for w in ("0", "2")]
-        lines.append(table_row([PATH_NAMES.get(path, path), *cells]))
+    for path, reason in results.get("skipped", {}).items():
+        lines += [f"Not measured: {path}: {reason}.", ""]
+    lines += section(
+        "Fresh loader + state load + first batch (k = 0: the first batch of a fresh start), "
+        "and its ratio to each peer and to the raw limit (lower is faster):",
+        resume,
+        "ms",
+    )
+    lines += [""]
+    lines += section(
+        "Read throughput, samples/s, and its ratio to each peer and to the raw limit (higher "
+        "is faster; the raw limit is one process beside both worker counts):",
+        rates,
+        "samples/s",
+    )
     steps = results.get("lightning_steps_per_s", {})
     if steps:
         lines += ["", *table_header("Lightning `Trainer`, small model", "steps per CPU s")]
-        names = {"resumable": "`ResumableDataModule`", "plain": "plain `DataLoader`"}
-        lines += [table_row([names.get(k, k), f"{v:.1f}"]) for k, v in steps.items()]
+        labels = {"resumable": "`ResumableDataModule`", "plain": "plain `DataLoader`"}
+        lines += [table_row([labels.get(k, k), f"{v:.1f}"]) for k, v in steps.items()]
     lines.append("")
     lines += [f"- {verdict}" for verdict in results["verdicts"]]
     return lines
