@@ -34,6 +34,7 @@ SLOW_PATHS = (
     "docs/",
     "tests/faults/",
     "tests/matrix/",
+    "tests/test_benchmarks_run.py",
     "tests/torchdata_suite/",
     "tests/test_callback_survivors.py",
     "tests/test_data_doc_promises.py",

@@ -445,30 +445,198 @@ def test_a_state_with_many_online_changes_loads_in_one_array_check() -> None:
 
 
 @pytest.mark.parametrize(
-    "saved_changes",
+    ("saved_changes", "governing"),
     [
-        (),  # nothing saved at the resume point
-        ((W1, 0, 700, "declared"),),  # a saved phase there, changed
-        ((W1, 0, 700, "online"),),  # an online change there: replayed, it governs
+        ((), {700: W2}),  # nothing saved at the resume point
+        (((W1, 0, 700, "declared"),), {700: W2}),  # a saved phase there, changed
+        (((W1, 0, 700, "online"),), {700: W1}),  # an online change there: replayed, governs
+        (((W1, 0, 800, "online"),), {700: W2, 800: W1}),  # one ahead of it: replayed there
+        (((W2, 0, 700, "declared"),), {700: W2}),  # the same phase there, unchanged
     ],
-    ids=["new", "changed", "online-there"],
+    ids=["new", "changed", "online-there", "online-ahead", "unchanged"],
 )
 def test_an_allowed_phase_starting_exactly_at_the_resume_point_applies_from_there(
     saved_changes: tuple[tuple[Mapping[str, float], int, int, str], ...],
+    governing: dict[int, Mapping[str, float]],
 ) -> None:
     """allow_schedule_change: a new phase at the resume point itself (the natural 'from
-    here on' change) governs from there; the positions read keep their plan. It was
-    dropped (the saved weights went on) until issue 23's mutation review (schedule.py:116)."""
+    here on' change) governs from there; the positions read keep their plan; the saved
+    online changes are replayed; and the run's own states load again with the new phases,
+    without the flag. The new phase was dropped (the saved weights went on) until issue 23's
+    mutation review (schedule.py:116)."""
     saved = make(0, *saved_changes)
     first, _ = read(saved, 700)
-    resumed = make(0, (W2, 0, 700, "declared"))
+    phases = [(W2, 0, 700, "declared"), (W0, 0, 900, "declared")]  # 900: a change too
+    resumed = make(0, *phases)
     resumed.allow_schedule_change = True
     resumed.load_state_dict(copy.deepcopy(saved.state_dict()))
-    rest = list(resumed)
+    it = iter(resumed)
+    rest = [next(it) for _ in range(100)]
+    state = copy.deepcopy(resumed.state_dict())
+    rest += list(it)
     assert len(rest) == 300
     assert resumed.source_counts(700) == shares(first)
-    online = any(kind == "online" for *_, kind in saved_changes)
-    governing = W1 if online else W2
-    assert resumed.weights_at(0, 700) == pytest.approx(exact_probs(governing))
-    if not online:
-        assert shares(rest) == exact(W2, 300)  # the new phase draws exactly its counts
+    for position, weights in governing.items():
+        assert resumed.weights_at(0, position) == pytest.approx(exact_probs(weights))
+    assert resumed.weights_at(0, 900) == pytest.approx(exact_probs(W0))
+    if governing == {700: W2}:
+        assert shares(rest[:200]) == exact(W2, 200)  # the new phase draws exactly its counts
+    again = make(0, *phases)  # no flag: the phases are the state's own now
+    again.load_state_dict(state)
+    assert list(again) == rest[100:]
+
+
+def test_a_later_epochs_state_carries_the_online_weights_in_force_and_drops_the_rest() -> None:
+    """A state keeps the changes of one epoch: online changes of earlier epochs are dropped,
+    the one in force at the epoch's start is carried to (epoch, 0); the resume is exact, and
+    the state holds copies (changing it changes nothing in the sampler)."""
+    s = make()
+    it = iter(s)
+    for at, weights in ((100, W1), (400, W2)):
+        while s.consumed < at:
+            next(it)
+        s.update_weights(weights, kind="online")
+    list(it)
+    _, it = read(s, 250, epoch=1)
+    state = copy.deepcopy(s.state_dict())
+    raw = s.state_dict()
+    rest = list(it)
+    assert [(e["epoch"], e["position"], e["kind"]) for e in state["schedule"]] == [
+        (0, 0, "declared"),
+        (1, 0, "carry"),
+    ]
+    assert state["schedule"][1]["weights"] == pytest.approx(list(W2.values()))
+    resumed = make()
+    resumed.load_state_dict(state)
+    assert resumed.weights_at(1, 0) == pytest.approx(exact_probs(W2))
+    assert list(resumed) == rest
+    for entry in raw["schedule"]:
+        entry["weights"][0] = 99.0
+    assert s.weights_at(0, 0) == pytest.approx(exact_probs(W0))
+    assert s.weights_at(1, 0) == pytest.approx(exact_probs(W2))
+
+
+def test_a_schedule_off_the_fast_path_loads_the_same() -> None:
+    """Entries the one-array check does not take (weights as tuples, from another
+    serializer) go through the entry-by-entry checks and resume identically."""
+    s = make(0, (W1, 0, 300, "declared"), (W2, 0, 600, "online"))
+    _, it = read(s, 450)
+    state = copy.deepcopy(s.state_dict())
+    rest = list(it)
+    for entry in state["schedule"]:
+        entry["weights"] = tuple(entry["weights"])
+    resumed = make(0, (W1, 0, 300, "declared"))
+    resumed.load_state_dict(state)
+    assert resumed.weights_at(0, 300) == pytest.approx(exact_probs(W1))
+    assert resumed.weights_at(0, 600) == pytest.approx(exact_probs(W2))
+    assert list(resumed) == rest
+
+
+@pytest.mark.parametrize(
+    ("corrupt", "match"),
+    [
+        (lambda s: s.update(schedule="abc"), r"its 'schedule' is missing or empty; the state"),
+        (lambda s: s["schedule"][1].update(epoch=-1), r"invalid \(epoch=-1 must be"),
+        (lambda s: s["schedule"][1].update(position=-3), r"invalid \(position=-3 must be"),
+        (lambda s: s["schedule"][1].update(plan_end=-2), r"invalid \(plan_end=-2 must be"),
+        (lambda s: s["schedule"][1].update(plan_end=300), r"plan_end=300 must be in \(300, 1000\]"),
+        (lambda s: s["schedule"][1].update(kind="bogus"), r"kind='bogus' must be one of \['decl"),
+        (lambda s: s["schedule"][1].update(weights=(1, "x", 2)), r"schedule entry is invalid"),
+    ],
+)
+def test_a_corrupted_schedule_entry_is_refused_naming_the_field(corrupt: Any, match: str) -> None:
+    s = make(0, (W1, 0, 300, "declared"))
+    read(s, 450)
+    state = copy.deepcopy(s.state_dict())
+    corrupt(state)
+    with pytest.raises(StateMismatchError, match=match) as refused:
+        make(0, (W1, 0, 300, "declared")).load_state_dict(state)
+    assert str(refused.value).startswith("Cannot load this state into MixtureSampler: its ")
+
+
+@pytest.mark.parametrize("at", [0, 1])
+def test_a_phase_declared_at_the_first_positions_of_an_epoch_being_read(at: int) -> None:
+    """A declared change at position 0 or 1 of an epoch being read (its weights inherited):
+    the positions before it keep their plan and counts, the phase draws from there on, and
+    the state taken after it loads into a sampler that declares the phase."""
+    s = make()
+    first, it = read(s, at, epoch=1)
+    s.update_weights(W1, position=at, kind="declared")
+    middle = [next(it) for _ in range(100)]
+    state = copy.deepcopy(s.state_dict())
+    rest = list(it)
+    order = first + middle + rest
+    unchanged, _ = read(make(), 1000, 1)
+    assert order[:at] == unchanged[:at]
+    for consumed in (at, 500, 1000):
+        assert s.source_counts(consumed, 1) == shares(order[:consumed])
+    if at == 0:
+        assert shares(order) == exact(W1, 1000)
+    declared = make(0, (W1, 1, at, "declared"))
+    declared.load_state_dict(state)
+    assert list(declared) == rest
+
+
+@pytest.mark.parametrize(
+    ("corrupt", "match"),
+    [
+        ({"weights": [0.0, 0.0, 0.0, 0.0]}, "all zero"),
+        ({"temperature": 0.0}, r"temperature=0\.0 must be > 0"),
+        ({"weights": [0.5, 0.3, 0.2]}, r"got 3 weights for 4 sources"),
+        ({"weights": [0.5, 0.3, 0.1, 0.3]}, r"sources \['empty'\] are empty but have weight > 0"),
+    ],
+    ids=["all-zero", "temperature-0", "width", "empty-source"],
+)
+def test_a_saved_entry_the_sampler_would_not_accept_is_refused(
+    corrupt: dict[str, Any], match: str
+) -> None:
+    """The one-array check of a saved schedule refuses what update_weights refuses: an
+    all-zero row, a temperature <= 0, another width, weight on an empty source."""
+    sources = {**{name: range(n) for name, n in SIZES.items()}, "empty": range(0)}
+
+    def sampler() -> MixtureSampler:
+        weights = {**W0, "empty": 0.0}
+        return MixtureSampler(MixtureDataset(sources), weights, num_replicas=1, rank=0)
+
+    s = sampler()
+    it = iter(s)
+    [next(it) for _ in range(10)]
+    s.update_weights({**W1, "empty": 0.0}, kind="online")
+    state = copy.deepcopy(s.state_dict())
+    state["schedule"][1].update(corrupt)
+    with pytest.raises(StateMismatchError, match=match):
+        sampler().load_state_dict(state)
+
+
+def test_a_state_written_before_entries_had_kinds_loads_them_as_declared() -> None:
+    """States of the earlier version have no 'kind' in their entries: all were declared."""
+    s = make(0, (W1, 0, 300, "declared"))
+    _, it = read(s, 450)
+    state = copy.deepcopy(s.state_dict())
+    rest = list(it)
+    for entry in state["schedule"]:
+        del entry["kind"]
+    resumed = make(0, (W1, 0, 300, "declared"))
+    resumed.load_state_dict(state)
+    assert list(resumed) == rest
+
+
+def test_a_later_epochs_state_keeps_declared_phases_as_they_are_and_copies_its_entries() -> None:
+    """A declared phase of an earlier epoch stays as it is (no carried copy); the entries of
+    the state's own epoch are copies too."""
+    s = make(0, (W1, 0, 500, "declared"))
+    read(s, 1000)
+    _, it = read(s, 100, epoch=1)
+    s.update_weights(W2, kind="online")  # at (1, 100)
+    state = copy.deepcopy(s.state_dict())
+    assert [(e["epoch"], e["position"], e["kind"]) for e in state["schedule"]] == [
+        (0, 0, "declared"),
+        (0, 500, "declared"),
+        (1, 100, "online"),
+    ]
+    raw = s.state_dict()
+    raw["schedule"][-1]["weights"][0] = 99.0
+    assert s.weights_at(1, 100) == pytest.approx(exact_probs(W2))
+    resumed = make(0, (W1, 0, 500, "declared"))
+    resumed.load_state_dict(state)
+    assert list(resumed) == list(it)
