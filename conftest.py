@@ -40,6 +40,7 @@ SLOW_PATHS = (
     "tests/test_data_doc_promises.py",
     "tests/test_datamodule",
     "tests/test_doc_snippets_resume.py",
+    "tests/test_docs_from_a_user.py",
     "tests/test_documents_resume.py",
     "tests/test_examples.py",
     "tests/test_fabric.py",

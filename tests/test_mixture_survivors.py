@@ -640,3 +640,30 @@ def test_a_later_epochs_state_keeps_declared_phases_as_they_are_and_copies_its_e
     resumed = make(0, (W1, 0, 500, "declared"))
     resumed.load_state_dict(state)
     assert list(resumed) == list(it)
+
+
+@pytest.mark.parametrize("new_phase", [None, (W2, 1, 0, "declared")], ids=["kept", "new"])
+def test_an_allowed_change_at_an_epoch_start_keeps_the_online_weights_carried_into_it(
+    new_phase: tuple[Mapping[str, float], int, int, str] | None,
+) -> None:
+    """A state at the start of epoch 1 carries the online weights in force from epoch 0;
+    resumed with another later phase (allowed), they still govern epoch 1, unless a new
+    phase starts exactly there."""
+    s = make()
+    it = iter(s)
+    [next(it) for _ in range(100)]
+    s.update_weights(W1, kind="online")
+    list(it)
+    s.set_epoch(1)
+    state = copy.deepcopy(s.state_dict())
+    assert (state["epoch"], state["consumed"]) == (1, 0)
+    phases = [(W0, 2, 0, "declared")] if new_phase is None else [new_phase]
+    resumed = make(0, *phases)
+    resumed.allow_schedule_change = True
+    resumed.load_state_dict(state)
+    expected = W1 if new_phase is None else W2
+    assert resumed.weights_at(1, 0) == pytest.approx(exact_probs(expected))
+    assert shares(list(resumed)) == exact(expected, 1000)
+    again = make(0, *phases)
+    again.allow_schedule_change = True
+    again.load_state_dict(copy.deepcopy(resumed.state_dict()))  # a valid state

@@ -189,31 +189,29 @@ def reconcile_schedule(
             "up to the resume point and use the new one after it."
         )
     point = (epoch, consumed)
-    merged = [dict(e) for e in saved if entry_key(e) <= point]
+    merged = [dict(e) for e in saved if entry_key(e) < point]  # what the positions read had
     if consumed > 0:  # the segment being read keeps its plan, whatever comes next
         governing = merged[-1]
         if governing["epoch"] != epoch:  # the epoch began with inherited weights
             governing = dict(governing, epoch=epoch, position=0, plan_end=None, kind="carry")
             merged.append(governing)
-        if governing["plan_end"] is None:
-            later = [  # its plan ends at the next declared change (online ones only cut)
-                e["position"]
-                for e in saved
-                if e["epoch"] == epoch and e["position"] > consumed and _kind(e) == "declared"
-            ]
-            governing["plan_end"] = min([*later, owner.epoch_length])
-    ahead = {(*entry_key(e), False): dict(e) for e in now if entry_key(e) > point}
-    replayed = [e for e in saved if entry_key(e) > point and _kind(e) != "declared"]
-    starting = [e for e in now if entry_key(e) == point]
-    if starting and key(starting[0]) not in [key(e) for e in merged if entry_key(e) == point]:
-        # a changed phase from the resume point on: nothing of it was read, so it replaces
-        # what was saved there (an online change there is replayed after it)
-        replayed += [e for e in merged if entry_key(e) == point and _kind(e) == "online"]
-        merged = [e for e in merged if entry_key(e) < point]
-        ahead[(epoch, consumed, False)] = dict(starting[0])
-    for e in replayed:  # online changes decided before the save keep their places (after a
-        # declared change at the same position; a carried entry there is the saved one's)
-        ahead[(e["epoch"], e["position"], _kind(e) == "online")] = dict(e)
+        if governing["plan_end"] is None:  # planned to the next declared change, as it was
+            ends = [e["position"] for e in saved if _kind(e) == "declared" and e["epoch"] == epoch]
+            governing["plan_end"] = min([*(p for p in ends if p >= consumed), owner.epoch_length])
+    # from the point: the declared changes, then the saved online ones at their places
+    ahead = {(*entry_key(e), False): dict(e) for e in now if entry_key(e) >= point}
+    for e in saved:  # (a carried entry at the point gives way to a declared change there)
+        if entry_key(e) >= point and _kind(e) != "declared":
+            ahead.setdefault((e["epoch"], e["position"], _kind(e) == "online"), dict(e))
+    if not any(k[:2] == point for k in ahead):  # what the new schedule has in force there
+        candidates = [(entry_key(e), False, e) for e in now if entry_key(e) < point]
+        candidates += [(entry_key(e), True, e) for e in merged if _kind(e) == "online"]
+        in_force = max(candidates, key=lambda c: c[:2])[2]
+        new = _kind(in_force) == "declared" and key(in_force) not in map(key, declared)
+        kind = "declared" if new else "carry"  # declared: the same state loads to the same
+        ahead[(epoch, consumed, False)] = dict(
+            in_force, epoch=epoch, position=consumed, plan_end=None, kind=kind
+        )
     return merged + [ahead[k] for k in sorted(ahead)]
 
 
