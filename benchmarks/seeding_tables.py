@@ -1,6 +1,8 @@
-"""The tables of ``bench_seeding.py`` and ``bench_lightning_overhead.py`` (for ``tables.py``).
+"""Tables of the cost benchmarks (for ``tables.py``): seeding, Lightning, sharded resume.
 
-Both go on ``docs/randomness.md``, the page that says what the callback does per batch.
+``bench_seeding.py`` and ``bench_lightning_overhead.py`` go on ``docs/randomness.md``, the
+page that says what the callback does per batch; ``bench_shard_resume.py`` on
+``docs/sharded.md``.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from _harness import REPO_ROOT, table_header, table_row
 
 SEEDING = REPO_ROOT / "benchmarks" / "results" / "seeding.json"
 LIGHTNING = REPO_ROOT / "benchmarks" / "results" / "lightning_overhead.json"
+SHARD_RESUME = REPO_ROOT / "benchmarks" / "results" / "shard_resume.json"
 SEEDING_PAGE = REPO_ROOT / "docs" / "randomness.md"
 SETUPS = {
     "plain": "a plain `DataLoader(shuffle=True)`, no callback",
@@ -69,4 +72,19 @@ def lightning_overhead_table(results: dict[str, Any]) -> list[str]:
         )
         cells = [SETUPS.get(setup, setup), f"{row['step_us']:.0f} us", f"{row['ratio']:.3f}", hooks]
         lines.append(table_row(cells))
+    return [*lines, "", f"- {results['verdict']}"]
+
+
+def shard_resume_table(results: dict[str, Any]) -> list[str]:
+    """Open and resume time by shard count, lazy and verified (``bench_shard_resume``)."""
+    lines = [
+        f"`{results['command']}`: {results['conditions']}; Python {results['python']}; "
+        f"{results['load_average']} at the end of the run.",
+        "",
+        *table_header("shards", "open ms", "resume ms", "with verify=True: open ms", "resume ms"),
+    ]
+    for row in results["rows"]:
+        lazy, verify = row["lazy"], row["verify"]
+        cells = [f"{row['shards']:,}", f"{lazy['open_ms']:.1f}", f"{lazy['resume_ms']:.1f}"]
+        lines.append(table_row([*cells, f"{verify['open_ms']:.1f}", f"{verify['resume_ms']:.1f}"]))
     return [*lines, "", f"- {results['verdict']}"]

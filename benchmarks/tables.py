@@ -25,8 +25,10 @@ from seeding_tables import (
     LIGHTNING,
     SEEDING,
     SEEDING_PAGE,
+    SHARD_RESUME,
     lightning_overhead_table,
     seeding_table,
+    shard_resume_table,
 )
 
 PAGE = REPO_ROOT / "docs" / "benchmarks.md"
@@ -267,33 +269,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         new = replace_block(new, "mixture-ranks-table", ranks)
     if SAMPLER.exists():
         new = replace_block(new, "sampler-table", sampler_table(json.loads(SAMPLER.read_text())))
-    pages = [(PAGE, text, new)]
+    pages = {PAGE: (text, new)}  # page: (as it is, as the JSON gives it)
     for page, name, path, table in (  # tables of benchmarks that report on their own page
         (REMOTE_PAGE, "remote", REMOTE, remote_table),
         (DOCUMENTS_PAGE, "documents-table", DOCUMENTS, document_table),
         (SHARDS_PAGE, "shards-table", SHARDS, shards_table),
+        (SHARDS_PAGE, "shard-resume-table", SHARD_RESUME, shard_resume_table),
         (SEEDING_PAGE, "seeding-table", SEEDING, seeding_table),
+        (SEEDING_PAGE, "lightning-overhead-table", LIGHTNING, lightning_overhead_table),
     ):
         if path.exists():
-            old = page.read_text()
-            pages.append((page, old, replace_block(old, name, table(json.loads(path.read_text())))))
-    if LIGHTNING.exists():  # a second block of the seeding page, rewritten or not yet
-        done = [i for i, (page, _, _) in enumerate(pages) if page == SEEDING_PAGE]
-        if not done:
-            pages.append((SEEDING_PAGE, SEEDING_PAGE.read_text(), SEEDING_PAGE.read_text()))
-        at = done[0] if done else len(pages) - 1
-        overhead = lightning_overhead_table(json.loads(LIGHTNING.read_text()))
-        page, old, seeded = pages[at]
-        pages[at] = (page, old, replace_block(seeded, "lightning-overhead-table", overhead))
+            old, current = pages.get(page, (page.read_text(), page.read_text()))
+            pages[page] = (old, replace_block(current, name, table(json.loads(path.read_text()))))
     if args.check:
-        stale = [str(page.relative_to(REPO_ROOT)) for page, old, new in pages if old != new]
+        stale = [
+            str(page.relative_to(REPO_ROOT)) for page, (old, new) in pages.items() if old != new
+        ]
         if stale:
             print(f"generated blocks differ from benchmarks/results/*.json in {', '.join(stale)}:")
             print("run .venv/bin/python benchmarks/tables.py (never edit them by hand)")
         return 1 if stale else 0
-    for page, _, new in pages:
+    for page, (_, new) in pages.items():
         page.write_text(new)
-    names = ", ".join(str(page.relative_to(REPO_ROOT)) for page, _, _ in pages)
+    names = ", ".join(str(page.relative_to(REPO_ROOT)) for page in pages)
     print(f"rewrote the generated blocks of {names}")
     return 0
 

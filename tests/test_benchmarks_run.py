@@ -29,6 +29,7 @@ QUICK = {  # script: its arguments (bench_guard has no --quick: it takes seconds
     "bench_remote.py": ["--quick"],  # this library's rows (the peers need their own venv)
     "bench_sampler.py": ["--quick"],
     "bench_seeding.py": ["--quick"],
+    "bench_shard_resume.py": ["--quick"],
     "bench_shards.py": ["--quick"],
 }
 NOT_RUN = {  # and why

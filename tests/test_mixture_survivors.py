@@ -667,3 +667,22 @@ def test_an_allowed_change_at_an_epoch_start_keeps_the_online_weights_carried_in
     again = make(0, *phases)
     again.allow_schedule_change = True
     again.load_state_dict(copy.deepcopy(resumed.state_dict()))  # a valid state
+
+
+def test_an_allowed_phase_moved_later_keeps_the_read_plan_then_plans_afresh() -> None:
+    """A saved phase at 500 resumed at 300 as a phase at 700 (as an elastic resume to larger
+    batches places it): the segment being read goes on with its plan up to where that plan
+    ended (500: the same samples as the saved run), then with a fresh plan up to the phase."""
+    saved = make(0, (W1, 0, 500, "declared"))
+    first, it = read(saved, 300)
+    state = copy.deepcopy(saved.state_dict())
+    uninterrupted = first + list(it)
+    resumed = make(0, (W1, 0, 700, "declared"))
+    resumed.allow_schedule_change = True
+    resumed.load_state_dict(state)
+    rest = list(resumed)
+    assert rest[:200] == uninterrupted[300:500]
+    assert resumed.weights_at(0, 600) == pytest.approx(exact_probs(W0))
+    assert resumed.weights_at(0, 700) == pytest.approx(exact_probs(W1))
+    assert shares(rest[200:400]) == exact(W0, 200)
+    assert shares(rest[400:]) == exact(W1, 300)

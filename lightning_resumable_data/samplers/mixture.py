@@ -29,13 +29,13 @@ from lightning_resumable_data.samplers._mixture_config import (
 from lightning_resumable_data.samplers._mixture_draw import RANK_CHUNK, locate, mixture_order
 from lightning_resumable_data.samplers._mixture_plan import MixturePlan
 from lightning_resumable_data.samplers._mixture_recompute import Recompute
+from lightning_resumable_data.samplers._schedule_merge import reconcile_schedule
 from lightning_resumable_data.samplers.distributed import DistributedSampler
 from lightning_resumable_data.samplers.schedule import (
     MixturePhase,
     check_phases,
     check_schedule,
     compact_schedule,
-    reconcile_schedule,
 )
 
 __all__ = ["ORDER", "RANK_CHUNK", "MixturePhase", "MixtureSampler", "check_phases"]

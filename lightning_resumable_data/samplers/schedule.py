@@ -2,8 +2,9 @@
 
 A :class:`MixturePhase` is what a user writes; the sampler turns phases into weight changes
 at exact (epoch, position) entries of its schedule, which is saved with its state. On load,
-:func:`check_schedule` validates the saved entries and :func:`reconcile_schedule` merges
-them with the schedule configured in the resuming process.
+:func:`check_schedule` validates the saved entries, and
+:func:`~lightning_resumable_data.samplers._schedule_merge.reconcile_schedule` merges them
+with the schedule configured in the resuming process.
 
 Example:
     >>> MixturePhase(start_epoch=2, weights={"web": 1.0}).start_epoch
@@ -32,7 +33,6 @@ __all__ = [
     "compact_schedule",
     "entry_key",
     "phase_dict",
-    "reconcile_schedule",
 ]
 
 # declared: the initial weights and phases (checked on resume); online: decided while
@@ -151,68 +151,6 @@ def phase_dict(phase: MixturePhase) -> dict[str, Any]:
         "weights": dict(phase.weights),
         "temperature": phase.temperature,
     }
-
-
-def reconcile_schedule(
-    owner: Any, saved: list[dict[str, Any]], epoch: int, consumed: int
-) -> list[dict[str, Any]]:
-    """Check ``owner``'s declared schedule against the saved one; the merge.
-
-    The declared changes (initial weights, phases) installed before loading must be a
-    prefix of the saved declared ones; the saved online changes (decided while training,
-    some maybe ahead of the resume point) and carried entries come with the state and are
-    kept as recorded. With ``allow_schedule_change``, the saved schedule is kept up to the
-    resume point (and its online changes after it), and this sampler's declared changes
-    apply after it.
-    """
-
-    def key(entry: Mapping[str, Any]) -> tuple[Any, ...]:
-        return (entry["epoch"], entry["position"], entry["weights"], entry["temperature"])
-
-    now = [e for e in owner._schedule if _kind(e) == "declared"]
-    declared = [e for e in saved if _kind(e) == "declared"]
-    mismatch = next(
-        (i for i, (a, b) in enumerate(zip(now, declared, strict=False)) if key(a) != key(b)),
-        len(declared) if len(now) > len(declared) else None,
-    )
-    if mismatch is None:
-        return saved
-    if not owner.allow_schedule_change:
-        shown_saved = key(declared[mismatch]) if mismatch < len(declared) else "none"
-        raise StateMismatchError(
-            f"Cannot load this state into {owner.KIND}: the mixture schedule differs from "
-            f"the saved one at change #{mismatch}: saved {shown_saved}, now "
-            f"{key(now[mismatch])} (epoch, position, weights, temperature). The resumed "
-            "run would not mix what the interrupted run mixed. Restore the saved phases, "
-            "or accept the change on purpose (ResumableDataModule(allow_config_change=True), or "
-            "sampler.allow_schedule_change = True before loading) to keep the saved schedule "
-            "up to the resume point and use the new one after it."
-        )
-    point = (epoch, consumed)
-    merged = [dict(e) for e in saved if entry_key(e) < point]  # what the positions read had
-    if consumed > 0:  # the segment being read keeps its plan, whatever comes next
-        governing = merged[-1]
-        if governing["epoch"] != epoch:  # the epoch began with inherited weights
-            governing = dict(governing, epoch=epoch, position=0, plan_end=None, kind="carry")
-            merged.append(governing)
-        if governing["plan_end"] is None:  # planned to the next declared change, as it was
-            ends = [e["position"] for e in saved if _kind(e) == "declared" and e["epoch"] == epoch]
-            governing["plan_end"] = min([*(p for p in ends if p >= consumed), owner.epoch_length])
-    # from the point: the declared changes, then the saved online ones at their places
-    ahead = {(*entry_key(e), False): dict(e) for e in now if entry_key(e) >= point}
-    for e in saved:  # (a carried entry at the point gives way to a declared change there)
-        if entry_key(e) >= point and _kind(e) != "declared":
-            ahead.setdefault((e["epoch"], e["position"], _kind(e) == "online"), dict(e))
-    if not any(k[:2] == point for k in ahead):  # what the new schedule has in force there
-        candidates = [(entry_key(e), False, e) for e in now if entry_key(e) < point]
-        candidates += [(entry_key(e), True, e) for e in merged if _kind(e) == "online"]
-        in_force = max(candidates, key=lambda c: c[:2])[2]
-        new = _kind(in_force) == "declared" and key(in_force) not in map(key, declared)
-        kind = "declared" if new else "carry"  # declared: the same state loads to the same
-        ahead[(epoch, consumed, False)] = dict(
-            in_force, epoch=epoch, position=consumed, plan_end=None, kind=kind
-        )
-    return merged + [ahead[k] for k in sorted(ahead)]
 
 
 def _follows(previous: Mapping[str, Any], entry: Mapping[str, Any]) -> bool:

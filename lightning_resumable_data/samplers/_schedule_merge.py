@@ -1,0 +1,120 @@
+"""The merge of a saved mixture schedule with a changed one, on an allowed resume.
+
+:func:`reconcile_schedule` checks the declared changes of the resuming sampler against the
+saved ones and, where they differ and the change is allowed (``allow_schedule_change``),
+keeps the saved schedule up to the resume point and applies the new one from there on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from lightning_resumable_data.samplers.schedule import _kind, entry_key
+from lightning_resumable_data.state import StateMismatchError
+
+__all__ = ["reconcile_schedule"]
+
+Entries = list[dict[str, Any]]
+
+
+def reconcile_schedule(
+    owner: Any, saved: list[dict[str, Any]], epoch: int, consumed: int
+) -> list[dict[str, Any]]:
+    """Check ``owner``'s declared schedule against the saved one; the merge.
+
+    The declared changes (initial weights, phases) installed before loading must be a
+    prefix of the saved declared ones; the saved online changes (decided while training,
+    some maybe ahead of the resume point) and carried entries come with the state and are
+    kept as recorded. With ``allow_schedule_change``, the saved schedule is kept up to the
+    resume point (and its online changes after it), and this sampler's declared changes
+    apply from it on: what they have in force there (see :func:`_cut`), then their later
+    changes.
+    """
+
+    def key(entry: Mapping[str, Any]) -> tuple[Any, ...]:
+        return (entry["epoch"], entry["position"], entry["weights"], entry["temperature"])
+
+    now = [e for e in owner._schedule if _kind(e) == "declared"]
+    declared = [e for e in saved if _kind(e) == "declared"]
+    mismatch = next(
+        (i for i, (a, b) in enumerate(zip(now, declared, strict=False)) if key(a) != key(b)),
+        len(declared) if len(now) > len(declared) else None,
+    )
+    if mismatch is None:
+        return saved
+    if not owner.allow_schedule_change:
+        shown_saved = key(declared[mismatch]) if mismatch < len(declared) else "none"
+        raise StateMismatchError(
+            f"Cannot load this state into {owner.KIND}: the mixture schedule differs from "
+            f"the saved one at change #{mismatch}: saved {shown_saved}, now "
+            f"{key(now[mismatch])} (epoch, position, weights, temperature). The resumed "
+            "run would not mix what the interrupted run mixed. Restore the saved phases, "
+            "or accept the change on purpose (ResumableDataModule(allow_config_change=True), or "
+            "sampler.allow_schedule_change = True before loading) to keep the saved schedule "
+            "up to the resume point and use the new one after it."
+        )
+    point = (epoch, consumed)
+    merged = [dict(e) for e in saved if entry_key(e) < point]  # what the positions read had
+    governing = None
+    if consumed > 0:  # the segment being read keeps its plan, whatever comes next
+        governing = merged[-1]
+        if governing["epoch"] != epoch:  # the epoch began with inherited weights
+            governing = dict(governing, epoch=epoch, position=0, plan_end=None, kind="carry")
+            merged.append(governing)
+        if governing["plan_end"] is None:  # planned to the next declared change, as it was
+            ends = [e["position"] for e in saved if _kind(e) == "declared" and e["epoch"] == epoch]
+            governing["plan_end"] = min([*(p for p in ends if p >= consumed), owner.epoch_length])
+    # from the point: the declared changes, then the saved online ones at their places
+    ahead = {(*entry_key(e), False): dict(e) for e in now if entry_key(e) >= point}
+    for e in saved:  # (a carried entry at the point gives way to a declared change there)
+        if entry_key(e) >= point and _kind(e) != "declared":
+            ahead.setdefault((e["epoch"], e["position"], _kind(e) == "online"), dict(e))
+    if not any(k[:2] == point for k in ahead):
+        _cut(owner, merged, ahead, (now, saved, declared), point, governing)
+    return merged + [ahead[k] for k in sorted(ahead)]
+
+
+def _cut(
+    owner: Any,
+    merged: Entries,
+    ahead: dict[tuple[int, int, bool], dict[str, Any]],
+    schedules: tuple[Entries, Entries, Entries],
+    point: tuple[int, int],
+    governing: dict[str, Any] | None,
+) -> None:
+    """Start what the new schedule has in force at ``point`` (nothing starts there yet).
+
+    The weights in force are the latest of: this sampler's declared changes before the
+    point (with none but the initial weights, an elastic resume that does not give passed
+    phases again: the saved ones), and the saved online and carried changes. If they are
+    the weights the saved schedule has there, the segment being read goes on with its plan,
+    and past that plan's end (a saved change no longer declared) with a fresh one.
+    """
+    now, saved, declared = schedules
+    epoch, consumed = point
+    own = [(entry_key(e), 1, e) for e in now if entry_key(e) < point]
+    passed = declared if len(own) == 1 else []
+    candidates = [(entry_key(e), 0, e) for e in passed if entry_key(e) < point] + own
+    candidates += [(entry_key(e), 2, e) for e in saved if _kind(e) != "declared"]
+    in_force = max((c for c in candidates if c[0] < point), key=lambda c: c[:2])[2]
+    current = governing if governing is not None else (merged[-1] if merged else None)
+
+    def weights(entry: Mapping[str, Any] | None) -> Any:
+        return None if entry is None else (list(entry["weights"]), entry["temperature"])
+
+    if weights(in_force) != weights(current):
+        same = [(e["epoch"], e["position"], list(e["weights"]), e["temperature"]) for e in declared]
+        new = (
+            _kind(in_force) == "declared" and (*entry_key(in_force), *weights(in_force)) not in same
+        )
+        kind = "declared" if new else "carry"  # declared: the same state loads to the same
+        cut = dict(in_force, epoch=epoch, position=consumed, plan_end=None, kind=kind)
+        ahead[(epoch, consumed, False)] = cut
+    elif governing is not None:
+        ends = [k[1] for k in ahead if k[0] == epoch]
+        if governing["plan_end"] < min([*ends, owner.epoch_length]):
+            start = governing["plan_end"]  # its plan ends before its segment does
+            ahead[(epoch, start, False)] = dict(
+                governing, epoch=epoch, position=start, plan_end=None, kind="carry"
+            )
