@@ -686,3 +686,52 @@ def test_an_allowed_phase_moved_later_keeps_the_read_plan_then_plans_afresh() ->
     assert resumed.weights_at(0, 700) == pytest.approx(exact_probs(W1))
     assert shares(rest[200:400]) == exact(W0, 200)
     assert shares(rest[400:]) == exact(W1, 300)
+
+
+@pytest.mark.parametrize(
+    ("saved_phases", "new_phases", "expected"),
+    [
+        ([], [(W1, 0, 200, "declared")], {400: W1}),  # a new phase before the point
+        ([(W1, 0, 200, "declared")], [(W2, 0, 200, "declared")], {400: W2}),  # edited
+        ([(W1, 0, 500, "declared")], [(W2, 0, 600, "declared")], {400: W0, 500: W0, 600: W2}),
+        (
+            [(W1, 0, 200, "declared")],
+            [(W1, 0, 200, "declared"), (W2, 0, 600, "declared")],
+            {400: W1, 600: W2},
+        ),
+        ([(W1, 0, 200, "declared")], [(W2, 0, 600, "declared")], {400: W1, 600: W2}),
+        (
+            [(W1, 0, 200, "declared"), (W2, 0, 300, "online")],
+            [(W0, 0, 100, "declared")],
+            {400: W2},
+        ),
+    ],
+    ids=["new-before", "edited", "replaced-later", "added-later", "passed-not-given", "online"],
+)
+def test_an_allowed_change_applies_what_the_new_schedule_has_in_force_at_the_point(
+    saved_phases: list[tuple[Mapping[str, float], int, int, str]],
+    new_phases: list[tuple[Mapping[str, float], int, int, str]],
+    expected: dict[int, Mapping[str, float]],
+) -> None:
+    """docs/mixing.md: with allow_config_change, the new schedule applies from the resume
+    point: the weights it has in force there (a phase that started before it, an edited
+    passed one), or, with only the initial weights given again (an elastic resume does not
+    give passed phases again), the saved ones; a saved online change later than the new
+    phase still governs; the positions read keep their order; the merged state loads to the
+    same order again."""
+    saved = make(0, *saved_phases)
+    first, it = read(saved, 400)
+    state = copy.deepcopy(saved.state_dict())
+    uninterrupted = first + list(it)
+    resumed = make(0, *new_phases)
+    resumed.allow_schedule_change = True
+    resumed.load_state_dict(copy.deepcopy(state))
+    for position, weights in expected.items():
+        assert resumed.weights_at(0, position) == pytest.approx(exact_probs(weights))
+    rest = list(resumed)
+    assert len(rest) == 600
+    if expected[400] is (saved_phases[-1][0] if saved_phases else W0):  # nothing changed at 400
+        changed_at = min([p for p in expected if p > 400] + [1000])
+        assert rest[: changed_at - 400] == uninterrupted[400:changed_at]
+    resumed.load_state_dict(copy.deepcopy(state))  # the same state again, onto the merged one
+    assert list(resumed) == rest
