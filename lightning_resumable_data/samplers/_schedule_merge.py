@@ -18,6 +18,11 @@ __all__ = ["reconcile_schedule"]
 Entries = list[dict[str, Any]]
 
 
+def _key(entry: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What makes two declared changes the same: (epoch, position, weights, temperature)."""
+    return (entry["epoch"], entry["position"], list(entry["weights"]), entry["temperature"])
+
+
 def reconcile_schedule(
     owner: Any, saved: list[dict[str, Any]], epoch: int, consumed: int
 ) -> list[dict[str, Any]]:
@@ -31,24 +36,20 @@ def reconcile_schedule(
     apply from it on: what they have in force there (see :func:`_cut`), then their later
     changes.
     """
-
-    def key(entry: Mapping[str, Any]) -> tuple[Any, ...]:
-        return (entry["epoch"], entry["position"], entry["weights"], entry["temperature"])
-
     now = [e for e in owner._schedule if _kind(e) == "declared"]
     declared = [e for e in saved if _kind(e) == "declared"]
     mismatch = next(
-        (i for i, (a, b) in enumerate(zip(now, declared, strict=False)) if key(a) != key(b)),
+        (i for i, (a, b) in enumerate(zip(now, declared, strict=False)) if _key(a) != _key(b)),
         len(declared) if len(now) > len(declared) else None,
     )
     if mismatch is None:
         return saved
     if not owner.allow_schedule_change:
-        shown_saved = key(declared[mismatch]) if mismatch < len(declared) else "none"
+        shown_saved = _key(declared[mismatch]) if mismatch < len(declared) else "none"
         raise StateMismatchError(
             f"Cannot load this state into {owner.KIND}: the mixture schedule differs from "
             f"the saved one at change #{mismatch}: saved {shown_saved}, now "
-            f"{key(now[mismatch])} (epoch, position, weights, temperature). The resumed "
+            f"{_key(now[mismatch])} (epoch, position, weights, temperature). The resumed "
             "run would not mix what the interrupted run mixed. Restore the saved phases, "
             "or accept the change on purpose (ResumableDataModule(allow_config_change=True), or "
             "sampler.allow_schedule_change = True before loading) to keep the saved schedule "
@@ -100,14 +101,8 @@ def _cut(
     in_force = max((c for c in candidates if c[0] < point), key=lambda c: c[:2])[2]
     current = governing if governing is not None else (merged[-1] if merged else None)
 
-    def weights(entry: Mapping[str, Any] | None) -> Any:
-        return None if entry is None else (list(entry["weights"]), entry["temperature"])
-
-    if weights(in_force) != weights(current):
-        same = [(e["epoch"], e["position"], list(e["weights"]), e["temperature"]) for e in declared]
-        new = (
-            _kind(in_force) == "declared" and (*entry_key(in_force), *weights(in_force)) not in same
-        )
+    if current is None or _key(in_force)[2:] != _key(current)[2:]:  # other weights there
+        new = _kind(in_force) == "declared" and _key(in_force) not in map(_key, declared)
         kind = "declared" if new else "carry"  # declared: the same state loads to the same
         cut = dict(in_force, epoch=epoch, position=consumed, plan_end=None, kind=kind)
         ahead[(epoch, consumed, False)] = cut
