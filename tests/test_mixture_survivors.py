@@ -735,3 +735,177 @@ def test_an_allowed_change_applies_what_the_new_schedule_has_in_force_at_the_poi
         assert rest[: changed_at - 400] == uninterrupted[400:changed_at]
     resumed.load_state_dict(copy.deepcopy(state))  # the same state again, onto the merged one
     assert list(resumed) == rest
+
+
+def changed(
+    initial: Mapping[str, float], *phases: tuple[Mapping[str, float], int, int, str]
+) -> MixtureSampler:
+    """A one-rank sampler with other initial weights and ``phases``, allowed to change."""
+    s = MixtureSampler(mixture(), initial, num_replicas=1, rank=0, seed=0)
+    for weights, epoch, position, kind in phases:
+        s.update_weights(dict(weights), epoch=epoch, position=position, kind=kind)
+    s.allow_schedule_change = True
+    return s
+
+
+@pytest.mark.parametrize("point", [300, 450])
+def test_an_allowed_edit_of_a_later_phase_leaves_the_order_before_it_unchanged(point: int) -> None:
+    """Only the phase at 600 is edited: every position before 600 is the saved run's, read
+    from a resume at the previous phase's start (300) or inside it (450); the edited weights
+    govern from 600."""
+    saved = make(0, (W1, 0, 300, "declared"), (W2, 0, 600, "declared"))
+    first, it = read(saved, point)
+    state = copy.deepcopy(saved.state_dict())
+    uninterrupted = first + list(it)
+    resumed = changed(W0, (W1, 0, 300, "declared"), (W0, 0, 600, "declared"))
+    resumed.load_state_dict(state)
+    rest = list(resumed)
+    assert rest[: 600 - point] == uninterrupted[point:600]
+    assert resumed.weights_at(0, 600) == pytest.approx(exact_probs(W0))
+    assert shares(rest[600 - point :]) == exact(W0, 400)
+
+
+def test_a_new_phase_at_a_saved_online_changes_position_gives_way_to_it() -> None:
+    """At one position an online change comes after a declared one (as in the sampler's own
+    schedule), so a new phase declared where the saved run changed its weights online leaves
+    the online weights in force at the resume point."""
+    saved = make(0, (W2, 0, 200, "online"))
+    first, it = read(saved, 400)
+    state = copy.deepcopy(saved.state_dict())
+    uninterrupted = first + list(it)
+    resumed = changed(W0, (W1, 0, 200, "declared"))
+    resumed.load_state_dict(state)
+    assert resumed.weights_at(0, 400) == pytest.approx(exact_probs(W2))
+    assert list(resumed) == uninterrupted[400:]
+
+
+def test_a_saved_phase_no_longer_declared_stops_at_the_resume_point() -> None:
+    """The new schedule keeps the phase at 200, drops the saved one at 300 and adds one at
+    800: from the resume point (400) the phase at 200 is in force again, up to 800. (A
+    schedule that only leaves out the saved later phases is a prefix: the callback declares
+    those after loading.)"""
+    saved = make(0, (W1, 0, 200, "declared"), (W2, 0, 300, "declared"))
+    read(saved, 400)
+    resumed = changed(W0, (W1, 0, 200, "declared"), (W0, 0, 800, "declared"))
+    resumed.load_state_dict(copy.deepcopy(saved.state_dict()))
+    assert resumed.weights_at(0, 399) == pytest.approx(exact_probs(W2))
+    assert resumed.weights_at(0, 400) == pytest.approx(exact_probs(W1))
+    rest = list(resumed)
+    assert shares(rest[:400]) == exact(W1, 400)
+    assert shares(rest[400:]) == exact(W0, 200)
+
+
+def test_other_initial_weights_are_refused_even_with_an_allowed_schedule_change() -> None:
+    """The initial weights are part of the order's identity (the sampler's fingerprint):
+    allow_schedule_change does not accept them, and the refused sampler keeps its state."""
+    saved = make()
+    read(saved, 400)
+    resumed = changed(W1)
+    with pytest.raises(StateMismatchError, match="initial: saved"):
+        resumed.load_state_dict(copy.deepcopy(saved.state_dict()))
+    assert shares(list(resumed)) == exact(W1, 1000)
+
+
+def test_a_saved_phase_at_the_resume_point_not_declared_again_does_not_start() -> None:
+    """The saved run had a phase at 400, the new schedule has one at 600 instead: a resume
+    at exactly 400 goes on with the initial weights (a fresh plan: the read one ended at
+    400) up to 600."""
+    saved = make(0, (W1, 0, 400, "declared"))
+    read(saved, 400)
+    resumed = changed(W0, (W2, 0, 600, "declared"))
+    resumed.load_state_dict(copy.deepcopy(saved.state_dict()))
+    assert resumed.weights_at(0, 400) == pytest.approx(exact_probs(W0))
+    rest = list(resumed)
+    assert shares(rest[:200]) == exact(W0, 200)
+    assert shares(rest[200:]) == exact(W2, 400)
+
+
+@pytest.mark.parametrize("position", [0, 200])
+@pytest.mark.parametrize("online", [False, True], ids=["declared", "online-before-it"])
+def test_a_new_phase_of_an_earlier_epoch_is_in_force_in_a_later_epochs_resume(
+    position: int, online: bool
+) -> None:
+    """A phase added at (0, 500), resumed at (1, 0) or (1, 200): its weights are the new
+    schedule's in force there, from the resume point on and in the next epoch, also when
+    the saved run changed its weights online at (0, 100), before the new phase (the state
+    carries those weights into epoch 1)."""
+    saved = make(0, *([(W2, 0, 100, "online")] if online else []))
+    read(saved, 1000)
+    read(saved, position, epoch=1)
+    before = W2 if online else W0
+    resumed = changed(W0, (W1, 0, 500, "declared"))
+    resumed.load_state_dict(copy.deepcopy(saved.state_dict()))
+    if position:
+        assert resumed.weights_at(1, position - 1) == pytest.approx(exact_probs(before))
+    assert resumed.weights_at(1, position) == pytest.approx(exact_probs(W1))
+    assert shares(list(resumed)) == exact(W1, 1000 - position)
+    assert resumed.weights_at(2, 0) == pytest.approx(exact_probs(W1))
+
+
+RESUMES = {  # saved phases, new initial weights, new phases, resume point (epoch, position)
+    "new-before": ([], W0, [(W1, 0, 200, "declared")], (0, 400)),
+    "edited": ([(W1, 0, 200, "declared")], W0, [(W2, 0, 200, "declared")], (0, 400)),
+    "moved-later": ([(W1, 0, 500, "declared")], W0, [(W1, 0, 700, "declared")], (0, 300)),
+    "dropped": (
+        [(W1, 0, 200, "declared"), (W2, 0, 300, "declared")],
+        W0,
+        [(W1, 0, 200, "declared"), (W0, 0, 900, "declared")],
+        (0, 400),
+    ),
+    "online-ahead": (
+        [(W1, 0, 200, "declared"), (W2, 0, 700, "online")],
+        W0,
+        [(W0, 0, 100, "declared")],
+        (0, 400),
+    ),
+    "online-in-force": (
+        [(W2, 0, 100, "online"), (W1, 0, 300, "declared")],
+        W0,
+        [(W2, 0, 500, "declared")],
+        (0, 400),
+    ),
+    "online-carried": ([(W2, 0, 100, "online")], W0, [(W1, 0, 500, "declared")], (1, 200)),
+    "epoch-start": ([(W2, 0, 100, "online")], W0, [(W1, 0, 500, "declared")], (1, 0)),
+    "later-epoch": ([], W0, [(W1, 0, 500, "declared")], (1, 200)),
+}
+
+
+@pytest.mark.parametrize("case", RESUMES)
+@pytest.mark.parametrize("second", [(0, 800), (1, 300)], ids=["same-epoch", "next-epoch"])
+def test_the_runs_own_state_after_an_allowed_change_resumes_it_exactly(
+    case: str, second: tuple[int, int]
+) -> None:
+    """docs/mixing.md: after an allowed change, the resumed run's own checkpoints resume it
+    (with the same new configuration and allow_config_change): the order from a second
+    stop is the first resume's own, in its epoch and the next."""
+    saved_phases, initial, new_phases, (epoch, position) = RESUMES[case]
+    saved = make(0, *saved_phases)
+    for e in range(epoch):
+        read(saved, 1000, epoch=e)
+    read(saved, position, epoch=epoch)
+    resumed = changed(initial, *new_phases)
+    resumed.load_state_dict(copy.deepcopy(saved.state_dict()))
+    second_epoch, second_position = (epoch + second[0], second[1])
+    order: dict[int, list[int]] = {}
+    for e in range(epoch, second_epoch + 1):
+        resumed.set_epoch(e)
+        order[e] = list(resumed)
+    offset = position if second_epoch == epoch else 0
+    again = changed(initial, *new_phases)
+    stopped = changed(initial, *new_phases)
+    stopped.load_state_dict(copy.deepcopy(saved.state_dict()))
+    if second_epoch == epoch:
+        head, _ = read_on(stopped, second_position - position)
+    else:
+        list(stopped)
+        stopped.set_epoch(second_epoch)
+        head, _ = read_on(stopped, second_position)
+    assert head == order[second_epoch][: second_position - offset]
+    again.load_state_dict(copy.deepcopy(stopped.state_dict()))
+    assert list(again) == order[second_epoch][second_position - offset :]
+
+
+def read_on(s: MixtureSampler, n: int) -> tuple[list[int], Iterator[int]]:
+    """The next ``n`` indices of the epoch ``s`` is set to, and the iterator to read on."""
+    it = iter(s)
+    return [next(it) for _ in range(n)], it

@@ -21,7 +21,7 @@ from lightning_resumable_data.index.mixture import mixture_probabilities
 from lightning_resumable_data.samplers._arguments import check_non_negative_int
 from lightning_resumable_data.samplers._mixture_config import MixtureConfig, Weights
 from lightning_resumable_data.samplers._mixture_draw import Segment, handed_on, make_segment
-from lightning_resumable_data.samplers.schedule import entry_key
+from lightning_resumable_data.samplers.schedule import carried, entry_key
 from lightning_resumable_data.state import StateMismatchError
 
 __all__ = ["Anchor", "MixturePlan"]
@@ -137,7 +137,7 @@ class MixturePlan:
         index = self.governing(epoch, position)
         governing = self.schedule[index]
         if governing["epoch"] != epoch:  # the epoch starts with inherited weights
-            governing = dict(governing, epoch=epoch, position=0, plan_end=None, kind="carry")
+            governing = carried(governing, epoch, 0)
             self.schedule.insert(index + 1, governing)
         if governing["plan_end"] is None:
             plan = self.segments(epoch, governing["position"])

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from lightning_resumable_data.samplers.schedule import _kind, entry_key
+from lightning_resumable_data.samplers.schedule import _kind, carried, entry_key, since
 from lightning_resumable_data.state import StateMismatchError
 
 __all__ = ["reconcile_schedule"]
@@ -61,16 +61,17 @@ def reconcile_schedule(
     if consumed > 0:  # the segment being read keeps its plan, whatever comes next
         governing = merged[-1]
         if governing["epoch"] != epoch:  # the epoch began with inherited weights
-            governing = dict(governing, epoch=epoch, position=0, plan_end=None, kind="carry")
+            governing = carried(governing, epoch, 0)
             merged.append(governing)
         if governing["plan_end"] is None:  # planned to the next declared change, as it was
             ends = [e["position"] for e in saved if _kind(e) == "declared" and e["epoch"] == epoch]
             governing["plan_end"] = min([*(p for p in ends if p >= consumed), owner.epoch_length])
     # from the point: the declared changes, then the saved online ones at their places
     ahead = {(*entry_key(e), False): dict(e) for e in now if entry_key(e) >= point}
-    for e in saved:  # (a carried entry at the point gives way to a declared change there)
-        if entry_key(e) >= point and _kind(e) != "declared":
-            ahead.setdefault((e["epoch"], e["position"], _kind(e) == "online"), dict(e))
+    for e in saved:  # (a carry at the point gives way to what is in force there: see _cut)
+        online = _kind(e) == "online"
+        if (entry_key(e) > point and _kind(e) != "declared") or (entry_key(e) == point and online):
+            ahead.setdefault((e["epoch"], e["position"], online), dict(e))
     if not any(k[:2] == point for k in ahead):
         _cut(owner, merged, ahead, (now, saved, declared), point, governing)
     return merged + [ahead[k] for k in sorted(ahead)]
@@ -97,19 +98,19 @@ def _cut(
     own = [(entry_key(e), 1, e) for e in now if entry_key(e) < point]
     passed = declared if len(own) == 1 else []
     candidates = [(entry_key(e), 0, e) for e in passed if entry_key(e) < point] + own
-    candidates += [(entry_key(e), 2, e) for e in saved if _kind(e) != "declared"]
+    # an online change counts where it was made, also when carried into a later epoch
+    candidates += [(s, 2, e) for e in saved if (s := since(e)) is not None]
     in_force = max((c for c in candidates if c[0] < point), key=lambda c: c[:2])[2]
-    current = governing if governing is not None else (merged[-1] if merged else None)
+    current = merged[-1]  # the governing entry (the initial one is always before the point)
 
-    if current is None or _key(in_force)[2:] != _key(current)[2:]:  # other weights there
-        new = _kind(in_force) == "declared" and _key(in_force) not in map(_key, declared)
-        kind = "declared" if new else "carry"  # declared: the same state loads to the same
-        cut = dict(in_force, epoch=epoch, position=consumed, plan_end=None, kind=kind)
+    if _key(in_force)[2:] != _key(current)[2:]:  # other weights there
+        if _kind(in_force) == "declared" and _key(in_force) not in map(_key, declared):
+            cut = dict(in_force, epoch=epoch, position=consumed, plan_end=None)  # a new phase
+        else:
+            cut = carried(in_force, epoch, consumed)
         ahead[(epoch, consumed, False)] = cut
     elif governing is not None:
         ends = [k[1] for k in ahead if k[0] == epoch]
         if governing["plan_end"] < min([*ends, owner.epoch_length]):
             start = governing["plan_end"]  # its plan ends before its segment does
-            ahead[(epoch, start, False)] = dict(
-                governing, epoch=epoch, position=start, plan_end=None, kind="carry"
-            )
+            ahead[(epoch, start, False)] = carried(governing, epoch, start)

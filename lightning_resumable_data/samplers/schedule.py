@@ -28,15 +28,19 @@ from lightning_resumable_data.state import StateMismatchError
 __all__ = [
     "KINDS",
     "MixturePhase",
+    "carried",
     "check_phases",
     "check_schedule",
     "compact_schedule",
     "entry_key",
     "phase_dict",
+    "since",
 ]
 
 # declared: the initial weights and phases (checked on resume); online: decided while
-# training (replayed from the state); carry: an epoch's inherited weights, pinned.
+# training (replayed from the state); carry: an epoch's inherited weights, pinned, with
+# "since": the (epoch, position) of the online change whose weights it carries (None: a
+# declared change's; absent in states written before it: its own place).
 KINDS = ("declared", "online", "carry")
 
 
@@ -52,6 +56,41 @@ def entry_key(entry: Mapping[str, Any]) -> tuple[int, int]:
 
 def _kind(entry: Mapping[str, Any]) -> str:
     return str(entry.get("kind", "declared"))  # states written before kinds: all declared
+
+
+def since(entry: Mapping[str, Any]) -> tuple[int, int] | None:
+    """Where the online change whose weights ``entry`` applies was made; None if declared.
+
+    Example:
+        >>> online = {"epoch": 0, "position": 7, "kind": "online"}
+        >>> since(online), since(dict(online, epoch=1, position=0, kind="carry", since=(0, 7)))
+        ((0, 7), (0, 7))
+    """
+    kind = _kind(entry)
+    if kind == "carry":
+        origin = entry.get("since", entry_key(entry))
+        return None if origin is None else (int(origin[0]), int(origin[1]))
+    return entry_key(entry) if kind == "online" else None
+
+
+def carried(entry: Mapping[str, Any], epoch: int, position: int) -> dict[str, Any]:
+    """``entry``'s weights carried to ``(epoch, position)``: a fresh carry, planned afresh.
+
+    Example:
+        >>> declared = {"epoch": 0, "position": 0, "weights": [1.0], "kind": "declared"}
+        >>> carried(declared, 2, 0)["kind"], carried(declared, 2, 0)["since"]
+        ('carry', None)
+    """
+    origin = since(entry)
+    return dict(
+        entry,
+        weights=list(entry["weights"]),
+        epoch=epoch,
+        position=position,
+        plan_end=None,
+        kind="carry",
+        since=None if origin is None else list(origin),
+    )
 
 
 def compact_schedule(schedule: Sequence[Mapping[str, Any]], epoch: int) -> list[dict[str, Any]]:
@@ -76,8 +115,7 @@ def compact_schedule(schedule: Sequence[Mapping[str, Any]], epoch: int) -> list[
         if _kind(e) == "declared" or e["epoch"] >= epoch
     ]
     if governing is not None and governing["epoch"] < epoch and _kind(governing) != "declared":
-        carried = dict(governing, weights=list(governing["weights"]))
-        kept.append(carried | {"epoch": epoch, "position": 0, "plan_end": None, "kind": "carry"})
+        kept.append(carried(governing, epoch, 0))
     kept += [dict(e, weights=list(e["weights"])) for e in schedule[index + 1 :]]
     return kept
 
@@ -195,6 +233,18 @@ def _all_valid(owner: Any, schedule: list[Any]) -> bool:
     )
 
 
+def _checked_since(origin: object, key: tuple[int, int]) -> list[int] | None:
+    """A carry's ``since``: None, or an (epoch, position) pair not after the carry."""
+    if origin is None:
+        return None
+    if not isinstance(origin, list | tuple) or len(origin) != 2:
+        raise ValueError(f"since={origin!r} must be None or an (epoch, position) pair")
+    pair = [check_non_negative_int("since", v) for v in origin]
+    if tuple(pair) > key:
+        raise ValueError(f"since={origin!r} must not be after the carry at {key}")
+    return pair
+
+
 def check_schedule(owner: Any, schedule: object) -> list[dict[str, Any]]:
     """Validate a saved schedule with ``owner``'s rules (weights, order, ``plan_end``)."""
     prefix = f"Cannot load this state into {owner.KIND}:"
@@ -228,6 +278,8 @@ def check_schedule(owner: Any, schedule: object) -> list[dict[str, Any]]:
             fresh["kind"] = _kind(entry)
             if fresh["kind"] not in KINDS:
                 raise ValueError(f"kind={fresh['kind']!r} must be one of {list(KINDS)}")
+            if fresh["kind"] == "carry" and "since" in entry:
+                fresh["since"] = _checked_since(entry["since"], (epoch, position))
             if checked and not _follows(checked[-1], fresh):
                 raise ValueError(f"change at (epoch {epoch}, position {position}) is out of order")
             checked.append(fresh)
