@@ -27,6 +27,7 @@ from lightning_resumable_data._batching import (
     SkippableSampler,
 )
 from lightning_resumable_data._progress import BatchPosition, CountingIterator, Progress
+from lightning_resumable_data._rows import collate_rows
 from lightning_resumable_data.randomness import worker_seed
 from lightning_resumable_data.resume import (
     Layout,
@@ -94,7 +95,8 @@ class StatefulDataLoader(_TorchdataLoader[T_co]):
         sampler: Usually :class:`~lightning_resumable_data.DistributedSampler`.
         batch_sampler: A batch sampler; mutually exclusive with ``batch_size``, ``sampler``.
         num_workers: Worker processes.
-        collate_fn: Batch collation.
+        collate_fn: Batch collation; by default torch's ``default_collate``, except that a
+            batch this package's datasets read with one gather is its tensor, as is.
         pin_memory: Pin batches in page-locked memory.
         drop_last: Drop the last incomplete batch of an epoch.
         timeout: Seconds to wait for a batch from the workers.
@@ -171,7 +173,9 @@ class StatefulDataLoader(_TorchdataLoader[T_co]):
                 sampler=sampler,
                 batch_sampler=batch_sampler,
                 num_workers=num_workers,
-                collate_fn=collate_fn,
+                collate_fn=collate_rows
+                if collate_fn is None and batch_size is not None
+                else collate_fn,
                 pin_memory=pin_memory,
                 drop_last=drop_last,
                 timeout=timeout,

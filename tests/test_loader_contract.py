@@ -39,6 +39,7 @@ from lightning_resumable_data import (
     StatefulDataLoader,
     StateMismatchError,
 )
+from lightning_resumable_data._rows import collate_rows
 from lightning_resumable_data.randomness import worker_seed
 
 N, BATCH = 50, 4  # 13 batches per epoch, the last one of 2 samples
@@ -167,11 +168,15 @@ def test_building_a_loader_warns_nothing() -> None:
 
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_the_defaults_are_torchdatas(num_workers: int) -> None:
-    """Left out, every torch argument has torchdata's default."""
+    """Left out, every torch argument has torchdata's default; ``collate_fn`` is
+    ``default_collate`` except for a batch read with one gather (docs/loader.md)."""
     ours = StatefulDataLoader(IndexDataset(20), num_workers=num_workers)
     theirs = TorchdataLoader(IndexDataset(20), num_workers=num_workers)
     for name in FORWARDED:
-        assert getattr(ours, name) == getattr(theirs, name), name
+        if name != "collate_fn":
+            assert getattr(ours, name) == getattr(theirs, name), name
+    assert ours.collate_fn is collate_rows
+    assert theirs.collate_fn is torch.utils.data.default_collate
 
 
 @pytest.mark.parametrize("mode", ["position", "skip"])

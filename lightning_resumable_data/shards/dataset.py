@@ -10,11 +10,12 @@ import bisect
 import os
 import warnings
 from collections.abc import Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import numpy as np
 import torch.utils.data
 
+from lightning_resumable_data._rows import gather_rows
 from lightning_resumable_data.index.sharding import check_shard_sizes, shard_starts
 from lightning_resumable_data.pins import shard_pins
 from lightning_resumable_data.randomness import KeyedBatch, SampleKey
@@ -203,12 +204,15 @@ class DistributedShardedDataset(torch.utils.data.Dataset[T], Generic[T]):
             self.locate(bad)  # raises the IndexError that names it
         shards = np.searchsorted(self._starts_array, wanted, side="right") - 1
         # Runs of consecutive samples in one shard (a batch is usually one run).
-        cuts = np.flatnonzero(shards[1:] != shards[:-1]) + 1
+        cuts = (np.flatnonzero(shards[1:] != shards[:-1]) + 1).tolist()
+        bounds = zip([0, *cuts], [*cuts, wanted.size], strict=True)
+        runs = [(int(shards[b]), wanted[b:e] - self._starts[int(shards[b])]) for b, e in bounds]
+        rows = gather_rows(self.readers, runs, lambda shard: self._wait(shard, epoch))
+        if rows is not None:
+            return cast(list[T], rows)
         out: list[T] = []
-        for begin, end in zip([0, *cuts.tolist()], [*cuts.tolist(), wanted.size], strict=True):
-            shard = int(shards[begin])
+        for shard, local in runs:
             self._wait(shard, epoch)
-            local = wanted[begin:end] - self._starts[shard]
             reader = self.readers[shard]
             read_many = getattr(reader, "read_many", None)
             if read_many is not None:

@@ -9,6 +9,7 @@ from typing import Any
 import torch.utils.data
 
 from lightning_resumable_data._batching import PositionBatchSampler
+from lightning_resumable_data._rows import collate_rows
 from lightning_resumable_data.shards.sampler import ShardedSampler
 
 __all__ = ["DataLoaderFactory", "DefaultDataLoaderFactory"]
@@ -52,7 +53,7 @@ class DefaultDataLoaderFactory:
         return torch.utils.data.DataLoader(
             dataset,
             **batching,
-            collate_fn=self.collate_fn,
+            collate_fn=self.collate_fn or collate_rows,
             num_workers=1 if self.multiprocessing else 0,
             persistent_workers=self.multiprocessing,
             pin_memory=self.pin_memory,

@@ -194,7 +194,8 @@ class TokenShardReader:
                 self.path, dtype=self.dtype, mode="r", offset=offset,
                 shape=(self._length, self.seq_len),
             )  # fmt: skip
-            data = self._data = np.array(mapped) if self.preload else mapped
+            # a plain ndarray view of the mapping: no memmap subclass overhead per read
+            data = self._data = np.array(mapped) if self.preload else mapped.view(np.ndarray)
             self.loads += 1
         return data
 
@@ -234,6 +235,24 @@ class TokenShardReader:
         if type(self).read is not TokenShardReader.read:  # a subclass reads its own way
             return [self.read(i) for i in indices.tolist()]
         return list(self._tokens()[indices])
+
+    def gather_into(self, indices: NDArray[np.intp], out: Tokens) -> bool:
+        """Write the samples at ``indices`` (in range) into the rows of ``out``: one gather.
+
+        Returns False, writing nothing, for a subclass that reads its own way.
+
+        Example:
+            >>> import tempfile
+            >>> path = Path(tempfile.mkdtemp()) / "shard.bin"
+            >>> np.arange(12, dtype=np.uint16).tofile(path)
+            >>> out = np.empty((2, 4), dtype=np.uint16)
+            >>> TokenShardReader(path, 4).gather_into(np.array([2, 0]), out), out.tolist()
+            (True, [[8, 9, 10, 11], [0, 1, 2, 3]])
+        """
+        if type(self).read is not TokenShardReader.read:
+            return False
+        self._tokens().take(indices, axis=0, out=out)
+        return True
 
     def read_range(self, start: int, stop: int) -> Tokens:
         """Samples ``start`` to ``stop`` (exclusive): a ``(stop - start, seq_len)`` array."""
