@@ -151,3 +151,13 @@ def test_a_batch_of_token_shards_is_one_gather(tmp_path: Path) -> None:
     assert batch.tensor[:, 0].tolist() == [40 * SEQ, 2 * SEQ, 17 * SEQ, 16 * SEQ]
     assert all(np.shares_memory(row, batch.tensor.numpy()) for row in batch)
     dataset.close()
+
+
+def test_gather_into_refuses_an_index_out_of_range_and_writes_nothing(tmp_path: Path) -> None:
+    """``TokenShardReader.gather_into`` names the bad index; ``out`` is left as it was."""
+    reader = open_token_shards(shards(tmp_path, np.uint16, samples=20))[0]
+    out = np.zeros((2, SEQ), dtype=np.uint16)
+    for bad in (16, -1):
+        with pytest.raises(IndexError, match=f"index {bad} is out of range"):
+            reader.gather_into(np.array([0, bad]), out)
+    assert not out.any()

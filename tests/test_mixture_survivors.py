@@ -820,6 +820,20 @@ def test_a_saved_phase_at_the_resume_point_not_declared_again_does_not_start() -
     assert shares(rest[200:]) == exact(W2, 400)
 
 
+def test_a_phase_added_for_a_later_epoch_leaves_the_epoch_resumed_at_its_start_unchanged() -> None:
+    """Resumed at the start of epoch 1 with a phase added at epoch 2: epoch 1 is the saved
+    run's, sample for sample (the weights in force there did not change)."""
+    saved = make(0, (W1, 0, 500, "declared"))
+    read(saved, 1000)
+    saved.set_epoch(1)
+    state = copy.deepcopy(saved.state_dict())
+    uninterrupted = list(saved)
+    resumed = changed(W0, (W1, 0, 500, "declared"), (W2, 2, 0, "declared"))
+    resumed.load_state_dict(state)
+    assert list(resumed) == uninterrupted
+    assert resumed.weights_at(2, 0) == pytest.approx(exact_probs(W2))
+
+
 @pytest.mark.parametrize("position", [0, 200])
 @pytest.mark.parametrize("online", [False, True], ids=["declared", "online-before-it"])
 def test_a_new_phase_of_an_earlier_epoch_is_in_force_in_a_later_epochs_resume(
@@ -862,6 +876,12 @@ RESUMES = {  # saved phases, new initial weights, new phases, resume point (epoc
         [(W2, 0, 100, "online"), (W1, 0, 300, "declared")],
         W0,
         [(W2, 0, 500, "declared")],
+        (0, 400),
+    ),
+    "online-cut": (  # the online change at 100 is in force again at 400: a carry is cut
+        [(W1, 0, 50, "declared"), (W2, 0, 100, "online"), (W0, 0, 300, "declared")],
+        W0,
+        [(W1, 0, 50, "declared"), (W0, 0, 900, "declared")],
         (0, 400),
     ),
     "online-carried": ([(W2, 0, 100, "online")], W0, [(W1, 0, 500, "declared")], (1, 200)),
@@ -909,3 +929,24 @@ def read_on(s: MixtureSampler, n: int) -> tuple[list[int], Iterator[int]]:
     """The next ``n`` indices of the epoch ``s`` is set to, and the iterator to read on."""
     it = iter(s)
     return [next(it) for _ in range(n)], it
+
+
+def test_a_second_allowed_change_weighs_the_carried_online_weights_where_they_were_decided() -> (
+    None
+):
+    """After a first allowed change cut the online weights of position 100 again at 400, a
+    second one declaring a phase at 200 puts that phase in force at 600: the online change
+    (made at 100) came before it, wherever its weights were carried to."""
+    first = make(0, (W1, 0, 50, "declared"), (W2, 0, 100, "online"), (W0, 0, 300, "declared"))
+    read(first, 400)
+    resumed = changed(W0, (W1, 0, 50, "declared"), (W0, 0, 900, "declared"))
+    resumed.load_state_dict(copy.deepcopy(first.state_dict()))
+    assert resumed.weights_at(0, 400) == pytest.approx(exact_probs(W2))
+    read_on(resumed, 200)
+    again = changed(W0, (W1, 0, 50, "declared"), (W1, 0, 200, "declared"), (W0, 0, 900, "declared"))
+    again.load_state_dict(copy.deepcopy(resumed.state_dict()))
+    assert again.weights_at(0, 599) == pytest.approx(exact_probs(W2))
+    assert again.weights_at(0, 600) == pytest.approx(exact_probs(W1))
+    rest = list(again)
+    assert shares(rest[:300]) == exact(W1, 300)
+    assert shares(rest[300:]) == exact(W0, 100)

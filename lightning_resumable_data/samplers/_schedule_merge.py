@@ -97,7 +97,7 @@ def _cut(
     epoch, consumed = point
     own = [(entry_key(e), 1, e) for e in now if entry_key(e) < point]
     passed = declared if len(own) == 1 else []
-    candidates = [(entry_key(e), 0, e) for e in passed if entry_key(e) < point] + own
+    candidates = [(entry_key(e), 0, e) for e in passed] + own
     # an online change counts where it was made, also when carried into a later epoch
     candidates += [(s, 2, e) for e in saved if (s := since(e)) is not None]
     in_force = max((c for c in candidates if c[0] < point), key=lambda c: c[:2])[2]

@@ -237,7 +237,7 @@ class TokenShardReader:
         return list(self._tokens()[indices])
 
     def gather_into(self, indices: NDArray[np.intp], out: Tokens) -> bool:
-        """Write the samples at ``indices`` (in range) into the rows of ``out``: one gather.
+        """Write the samples at ``indices`` (``0 <= i < len``) into the rows of ``out``.
 
         Returns False, writing nothing, for a subclass that reads its own way.
 
@@ -251,7 +251,13 @@ class TokenShardReader:
         """
         if type(self).read is not TokenShardReader.read:
             return False
-        self._tokens().take(indices, axis=0, out=out)
+        if indices.size and (indices.min() < 0 or indices.max() >= self._length):
+            bad = indices[(indices < 0) | (indices >= self._length)][0]
+            raise IndexError(
+                f"index {bad} is out of range for shard {self.name!r} of {self._length} samples."
+            )
+        # mode="clip" (the indices are in range): "raise" buffers ``out``, 4x slower
+        self._tokens().take(indices, axis=0, out=out, mode="clip")
         return True
 
     def read_range(self, start: int, stop: int) -> Tokens:
