@@ -20,8 +20,9 @@ its extra label token), seed 0, one epoch, one CPU, one thread, a fresh process 
   ``/proc/self/clear_refs``; file pages of the ``.idx`` that a side touches count: both
   read the lengths); *index* is the bytes the epoch's index keeps.
 * **read**: a real 1e5-document corpus (uint16 tokens), 4096 random samples one at a time
-  (``dataset[i]``), and the same in batches of 32 (``__getitems__``, what torch's
-  ``DataLoader`` calls), latency per sample; throughput in training tokens per second,
+  (``dataset[i]``), and the same in batches of 32 (``__getitems__`` of the loader's
+  ``KeyedBatch``, then ``collate_packed``: the batch our ``StatefulDataLoader`` yields, with
+  ``position_ids``), latency per sample; throughput in training tokens per second,
   beside LitData's ``StreamingDataset`` + ``TokensLoader(block_size=2049)`` over the same
   token stream (``optimize``-d beforehand; shuffled), when ``litdata`` is installed.
 """
@@ -202,9 +203,18 @@ def child_read(side: str, prefix: str, litdata_dir: str) -> dict[str, Any]:
             picks = [SampleKey(i, seed=0, epoch=0, position=i) for i in picks]
         dataset[picks[0]]
         start = time.perf_counter()
-        if side == "ours_batch":  # what torch's DataLoader calls when __getitems__ exists
-            for begin in range(0, READS, BATCH):
-                dataset.__getitems__(picks[begin : begin + BATCH])
+        if side == "ours_batch":  # what our loader's fetcher calls, then its collate_fn
+            from lightning_resumable_data.documents import collate_packed
+            from lightning_resumable_data.randomness import KeyedBatch
+
+            plain = [int(i) for i in picks]
+            batches = [
+                KeyedBatch(plain[b : b + BATCH], seed=0, epoch=0, start=b, step=1)
+                for b in range(0, READS, BATCH)
+            ]
+            start = time.perf_counter()
+            for batch in batches:
+                collate_packed(dataset.__getitems__(batch))
         else:
             for index in picks:  # one sample at a time
                 dataset[index]

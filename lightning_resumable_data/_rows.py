@@ -32,11 +32,18 @@ class RowBatch(list[Any]):
         ([[0, 1], [2, 3], [4, 5]], True)
     """
 
-    __slots__ = ("tensor",)
+    __slots__ = ("_rows", "tensor")
 
     def __init__(self, tensor: torch.Tensor) -> None:
-        super().__init__(tensor.numpy())
+        self._rows = tuple(tensor.numpy())
+        super().__init__(self._rows)
         self.tensor = tensor
+
+    def intact(self) -> bool:
+        """Whether the samples are still the rows it was built with (none replaced)."""
+        return len(self) == len(self._rows) and all(
+            a is b for a, b in zip(self, self._rows, strict=False)
+        )
 
 
 def empty_rows(rows: int, shape: tuple[int, ...], dtype: np.dtype[Any]) -> NDArray[Any]:
@@ -107,6 +114,6 @@ def collate_rows(batch: list[Any]) -> Any:
         >>> collate_rows([np.array([1, 2]), np.array([3, 4])]).tolist()
         [[1, 2], [3, 4]]
     """
-    if type(batch) is RowBatch:
+    if type(batch) is RowBatch and batch.intact():
         return batch.tensor
     return default_collate(batch)

@@ -17,7 +17,7 @@ import torch
 from torchdata.stateful_dataloader import StatefulDataLoader as TorchdataLoader
 
 from lightning_resumable_data import DistributedShardedDataset, StatefulDataLoader
-from lightning_resumable_data._rows import RowBatch
+from lightning_resumable_data._rows import RowBatch, collate_rows
 from lightning_resumable_data.shards import TokenShardReader, open_token_shards
 from lightning_resumable_data.shards.token_writer import write_token_shards
 
@@ -161,3 +161,15 @@ def test_gather_into_refuses_an_index_out_of_range_and_writes_nothing(tmp_path: 
         with pytest.raises(IndexError, match=f"index {bad} is out of range"):
             reader.gather_into(np.array([0, bad]), out)
     assert not out.any()
+
+
+def test_a_batch_whose_rows_were_replaced_collates_what_it_holds(tmp_path: Path) -> None:
+    """A wrapper that replaces a sample of the read batch gets the stack of what it holds."""
+    dataset = DistributedShardedDataset(open_token_shards(shards(tmp_path, np.uint16)), seed=0)
+    batch = dataset.__getitems__([3, 4])
+    batch[1] = np.full(SEQ, 9, dtype=np.uint16)
+    assert collate_rows(batch).tolist() == [list(range(3 * SEQ, 4 * SEQ)), [9] * SEQ]
+    batch = dataset.__getitems__([3, 4])
+    batch[0][0] = 5  # in place: the row is the batch's own memory
+    assert collate_rows(batch)[0, 0] == 5
+    dataset.close()

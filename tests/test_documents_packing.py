@@ -6,6 +6,7 @@ import itertools
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,6 +19,7 @@ from lightning_resumable_data.documents import (
 )
 from lightning_resumable_data.index.packing import build_checkpoints
 from lightning_resumable_data.index.permutation import feistel_keys, feistel_permute
+from lightning_resumable_data.randomness import KeyedBatch
 
 EOS = -1
 
@@ -261,3 +263,59 @@ def test_the_stream_arithmetic_is_64_bit_with_32_bit_lengths() -> None:
         [5, 10**9 - 2, 0],
         [10, 3, 7],
     )
+
+
+def _copies(samples: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+    """The samples as plain dicts of fresh arrays: collate_packed's per-sample path."""
+    return [{key: np.array(value) for key, value in sample.items()} for sample in samples]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 30), min_size=1, max_size=40),
+    seq_len=st.integers(1, 24),
+    mode=st.sampled_from(["concat", "pad"]),
+    boundaries=st.sampled_from(["position_ids", "cu_seqlens", "both"]),
+    data=st.data(),
+)
+def test_a_batch_read_collates_to_the_stack_of_its_samples(
+    lengths: list[int], seq_len: int, mode: str, boundaries: str, data: st.DataObject
+) -> None:
+    """docs/documents.md: a batch read at once collates, without a stack, to what
+    collate_packed makes of the same samples one by one; every position id counts from
+    the start of its piece, and the pieces tile each sample."""
+    if sum(lengths) + len(lengths) < seq_len:
+        return
+    packed = PackedDataset(_corpus(lengths), seq_len, mode=mode, eos_id=EOS,  # type: ignore[arg-type]
+                           boundaries=boundaries, stride=4)  # type: ignore[arg-type]  # fmt: skip
+    picks = data.draw(st.lists(st.integers(0, len(packed) - 1), min_size=1, max_size=12))
+    epoch = data.draw(st.integers(0, 2))
+    batch = packed.__getitems__(KeyedBatch(picks, seed=0, epoch=epoch, start=0, step=1))
+    fast, slow = collate_packed(batch), collate_packed(_copies(batch))
+    assert fast.keys() == slow.keys()
+    for key in fast:
+        if key == "max_seqlen":
+            assert fast[key] == slow[key]
+        else:
+            assert fast[key].dtype == slow[key].dtype
+            assert torch.equal(fast[key], slow[key]), key
+    if boundaries == "both":
+        for sample in batch:
+            cu = sample["cu_seqlens"].tolist()
+            assert cu[0] == 0
+            assert cu[-1] == seq_len
+            assert all(a < b for a, b in itertools.pairwise(cu))
+            expected = [j - max(c for c in cu if c <= j) for j in range(seq_len)]
+            assert sample["position_ids"].tolist() == expected
+
+
+def test_a_batch_whose_samples_were_replaced_collates_what_it_holds() -> None:
+    """A wrapper that replaces a sample's array after the read gets its own values, not
+    the batch arrays read before."""
+    packed = PackedDataset(_corpus([5, 7, 3, 9]), 4, eos_id=EOS, boundaries="both")
+    batch = packed.__getitems__([0, 1, 2])
+    batch[1]["input_ids"] = np.full(4, 77)
+    assert collate_packed(batch)["input_ids"][1].tolist() == [77] * 4
+    rows = packed.__getitems__([0, 1])
+    rows[0] = _copies([rows[1]])[0]
+    assert torch.equal(collate_packed(rows)["input_ids"][0], collate_packed(rows)["input_ids"][1])

@@ -25,6 +25,8 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 
+from lightning_resumable_data.documents._rows import PackedRows
+
 __all__ = ["collate_packed"]
 
 
@@ -41,7 +43,13 @@ def collate_packed(samples: Sequence[Mapping[str, NDArray[Any]]]) -> dict[str, A
     """
     if not samples:
         raise ValueError("collate_packed got an empty batch; the loader must pass >= 1 sample.")
-    batch: dict[str, Any] = {}
+    if type(samples) is PackedRows and samples.intact():  # read as one batch: no stack
+        batch: dict[str, Any] = {k: torch.from_numpy(a) for k, a in samples.arrays.items()}
+        if samples.cu_seqlens is not None:
+            batch["cu_seqlens"] = torch.from_numpy(samples.cu_seqlens)
+            batch["max_seqlen"] = samples.max_seqlen
+        return batch
+    batch = {}
     for key in samples[0]:
         if key == "cu_seqlens":
             continue

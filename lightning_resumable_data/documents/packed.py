@@ -46,6 +46,7 @@ import numpy as np
 import torch.utils.data
 from numpy.typing import NDArray
 
+from lightning_resumable_data.documents._rows import packed_rows
 from lightning_resumable_data.documents.corpus import DocumentCorpus
 from lightning_resumable_data.index.packing import (
     DEFAULT_STRIDE,
@@ -55,7 +56,7 @@ from lightning_resumable_data.index.packing import (
 )
 from lightning_resumable_data.index.permutation import feistel_keys, feistel_permute
 from lightning_resumable_data.pins import dataset_pins
-from lightning_resumable_data.randomness import SampleKey
+from lightning_resumable_data.randomness import KeyedBatch, SampleKey
 from lightning_resumable_data.samplers._arguments import check_key_seed
 from lightning_resumable_data.samplers.distributed import check_non_negative_int
 
@@ -198,23 +199,27 @@ class PackedDataset(torch.utils.data.Dataset[Sample]):
         ``SampleKey`` indices carry their epoch; plain ones use :attr:`epoch`.
         """
         length = len(self)
-        flat = np.array([int(i) for i in indices], dtype=np.int64)
+        if isinstance(indices, KeyedBatch):  # one epoch, no key object per index
+            flat = np.array(indices[:], dtype=np.int64)
+            epochs = np.full(flat.size, indices.epoch, dtype=np.int64)
+        else:
+            flat = np.array([int(i) for i in indices], dtype=np.int64)
+            epochs = np.array(
+                [i.epoch if isinstance(i, SampleKey) else self.epoch for i in indices],
+                dtype=np.int64,
+            )
         if flat.size and (int(flat.min()) < -length or int(flat.max()) >= length):
-            bad = next(int(i) for i in indices if not -length <= int(i) < length)
+            bad = next(int(i) for i in flat.tolist() if not -length <= i < length)
             raise IndexError(f"sample {bad} is out of range for {length} packed samples.")
         flat %= max(length, 1)
-        epochs = np.array(
-            [i.epoch if isinstance(i, SampleKey) else self.epoch for i in indices], dtype=np.int64
-        )
-        out: list[Sample] = [{} for _ in indices]
-        for epoch in np.unique(epochs).tolist():  # one pass per epoch in the batch (1, or 2)
+        read = self._padded if self.mode == "pad" else self._packed
+        present = np.unique(epochs).tolist()
+        if len(present) == 1:
+            return read(flat, present[0])
+        out: list[Sample] = [{} for _ in range(flat.size)]
+        for epoch in present:  # one pass per epoch in the batch (2 at an epoch's end)
             where = np.flatnonzero(epochs == epoch)
-            batch = (
-                self._padded(flat[where])
-                if self.mode == "pad"
-                else self._packed(flat[where], epoch)
-            )
-            for slot, sample in zip(where.tolist(), batch, strict=True):
+            for slot, sample in zip(where.tolist(), read(flat[where], epoch), strict=True):
                 out[slot] = sample
         return out
 
@@ -234,7 +239,7 @@ class PackedDataset(torch.utils.data.Dataset[Sample]):
         full = np.full(indices.size, self.seq_len, dtype=np.int64)
         return self._samples(tokens, ranges, counts, full)
 
-    def _padded(self, indices: NDArray[np.int64]) -> list[Sample]:
+    def _padded(self, indices: NDArray[np.int64], epoch: int = 0) -> list[Sample]:
         lengths = np.asarray(self.corpus.lengths[indices], dtype=np.int64)
         kept = np.minimum(lengths, self.seq_len)
         real = np.minimum(kept + self.sep, self.seq_len)
@@ -258,24 +263,7 @@ class PackedDataset(torch.utils.data.Dataset[Sample]):
         real: NDArray[np.int64],
     ) -> list[Sample]:
         """Split flat batch arrays into per-sample dicts (views, no copy per token)."""
-        rows = real.size
-        ids = tokens.reshape(rows, self.seq_len)
-        mask = np.arange(self.seq_len) < real[:, None]
-        heads = np.cumsum(counts) - counts  # piece starts in the flat batch
-        positions = (np.arange(rows * self.seq_len) - np.repeat(heads, counts)).reshape(
-            rows, self.seq_len
-        )
-        cuts = np.searchsorted(ranges, np.arange(1, rows))  # pieces of each sample
-        starts = np.split(heads - ranges * self.seq_len, cuts)
-        samples: list[Sample] = []
-        for row in range(rows):  # building the returned dicts; the arrays are views
-            sample: Sample = {"input_ids": ids[row], "loss_mask": mask[row]}
-            if self.boundaries != "cu_seqlens":
-                sample["position_ids"] = positions[row]
-            if self.boundaries != "position_ids":
-                sample["cu_seqlens"] = np.append(starts[row], self.seq_len).astype(np.int32)
-            samples.append(sample)
-        return samples
+        return packed_rows(tokens, ranges, counts, real, self.seq_len, self.boundaries)
 
     def __repr__(self) -> str:
         return (
