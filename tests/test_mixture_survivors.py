@@ -950,3 +950,54 @@ def test_a_second_allowed_change_weighs_the_carried_online_weights_where_they_we
     rest = list(again)
     assert shares(rest[:300]) == exact(W1, 300)
     assert shares(rest[300:]) == exact(W0, 100)
+
+
+def _state_with_a_carry() -> dict[str, Any]:
+    """A state at (1, 200) whose schedule carries the online weights of (0, 100)."""
+    s = make(0, (W2, 0, 100, "online"))
+    read(s, 1000)
+    read(s, 200, epoch=1)
+    state = copy.deepcopy(s.state_dict())
+    assert [(e["kind"], e.get("since")) for e in state["schedule"]] == [
+        ("declared", None),
+        ("carry", [0, 100]),
+    ]
+    return state
+
+
+@pytest.mark.parametrize(
+    ("since", "match"),
+    [
+        ("x", "must be None or an \\(epoch, position\\) pair"),
+        ([0], "must be None or an \\(epoch, position\\) pair"),
+        ([0, -1], "since"),
+        ([1, 1], "must not be after the carry at \\(1, 0\\)"),
+    ],
+)
+def test_a_corrupted_since_of_a_carry_is_refused(since: object, match: str) -> None:
+    state = _state_with_a_carry()
+    state["schedule"][1]["since"] = since
+    resumed = make()
+    with pytest.raises(StateMismatchError, match=match):
+        resumed.load_state_dict(state)
+
+
+def test_a_carry_since_its_own_place_loads() -> None:
+    """``since`` may be the carry's own place (not after it)."""
+    state = _state_with_a_carry()
+    state["schedule"][1]["since"] = [1, 0]
+    make().load_state_dict(state)
+
+
+def test_a_carry_written_before_since_counts_where_it_stands() -> None:
+    """A state of the earlier version has carries without 'since': an allowed change weighs
+    such a carry at its own place (the epoch's start), as that version did; with 'since',
+    at the online change it carries, before the new phase."""
+    state = _state_with_a_carry()
+    resumed = changed(W0, (W1, 0, 500, "declared"))
+    resumed.load_state_dict(copy.deepcopy(state))
+    assert resumed.weights_at(1, 200) == pytest.approx(exact_probs(W1))
+    del state["schedule"][1]["since"]
+    old = changed(W0, (W1, 0, 500, "declared"))
+    old.load_state_dict(state)
+    assert old.weights_at(1, 200) == pytest.approx(exact_probs(W2))
