@@ -33,7 +33,11 @@ LAYERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("foundation", ("state", "pins", "randomness", "seeding"), "states, pins, keyed RNGs"),
     ("datasets", ("datasets",), "the mixture dataset: sources at global offsets"),
     ("samplers", ("samplers",), "position and configuration; call the index math"),
-    ("loader", ("_batching", "_progress", "resume", "loader"), "batches and resume strategies"),
+    (
+        "loader",
+        ("_batching", "_progress", "_rows", "resume", "loader"),
+        "batches and resume strategies",
+    ),
     ("shards", ("shards",), "token shards: readers, residency, the shard loader"),
     ("remote", ("remote",), "object storage: cache, retries, ranges, remote readers"),
     ("documents", ("documents",), "document corpora and packing, local or remote"),
