@@ -36,6 +36,7 @@ SLOW_PATHS = (
     "tests/matrix/",
     "tests/test_benchmarks_run.py",
     "tests/torchdata_suite/",
+    "tests/test_callback_mutants_",
     "tests/test_callback_survivors.py",
     "tests/test_data_doc_promises.py",
     "tests/test_datamodule",
