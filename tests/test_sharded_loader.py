@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -349,3 +350,31 @@ def test_batches_travel_as_keyed_batches_with_no_key_object_per_sample(
     assert built == []
     batch_sampler = make(batch=4).loader.batch_sampler  # type: ignore[attr-defined]
     assert type(batch_sampler).__name__ == "PositionBatchSampler"
+
+
+def test_closing_a_prefetcher_whose_read_stalls_returns_within_its_bound() -> None:
+    """Nothing waits forever: ``close`` waits for the batch being read at most ``timeout``
+    seconds, warns, and the thread exits once the stalled read returns."""
+    import threading
+    import time
+
+    from lightning_resumable_data.shards._prefetch import Prefetcher
+
+    release = threading.Event()
+
+    def stalled() -> Iterator[int]:
+        yield 1
+        release.wait(30)
+        yield 2
+
+    prefetcher = Prefetcher(stalled(), depth=1, transfer=lambda batch: batch)
+    assert next(prefetcher) == 1
+    time.sleep(0.1)  # the thread is now inside the stalled read
+    start = time.monotonic()
+    with pytest.warns(RuntimeWarning, match="still reading a batch 0.2 s after close"):
+        prefetcher.close(timeout=0.2)
+    assert time.monotonic() - start < 5
+    release.set()
+    assert prefetcher._thread is not None
+    prefetcher._thread.join(5)
+    assert not prefetcher._thread.is_alive()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import warnings
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, Final
@@ -14,6 +15,7 @@ from lightning_utilities.core.apply_func import apply_to_collection
 __all__ = ["Prefetcher", "to_device"]
 
 _END: Final = object()
+CLOSE_TIMEOUT_S: Final = 30.0  # how long close() waits for the batch being read
 
 
 class _Failure:
@@ -70,12 +72,26 @@ class Prefetcher(Iterator[Any]):
             raise item.error
         return item
 
-    def close(self) -> None:
-        """Stop the thread (it finishes the batch it is reading) and drop what it prefetched."""
+    def close(self, timeout: float = CLOSE_TIMEOUT_S) -> None:
+        """Stop the thread and drop what it prefetched.
+
+        The thread finishes the batch it is reading; if that takes longer than ``timeout``
+        seconds (a stalled read), ``close`` warns and returns, and the thread (a daemon)
+        exits once the read returns.
+        """
         self.finished = True
         self._stop.set()
         if self._thread is not None:
-            self._thread.join()
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                warnings.warn(
+                    f"the micro-batch prefetch thread is still reading a batch {timeout:g} s "
+                    "after close(); it is left to finish in the background and then exits. "
+                    "A read that stalls this long usually means a hung storage read or "
+                    "DataLoader worker: set the loader's timeout= to bound it.",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
         while not self._queue.empty():
             self._queue.get_nowait()
 
