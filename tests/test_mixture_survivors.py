@@ -1001,3 +1001,65 @@ def test_a_carry_written_before_since_counts_where_it_stands() -> None:
     old = changed(W0, (W1, 0, 500, "declared"))
     old.load_state_dict(state)
     assert old.weights_at(1, 200) == pytest.approx(exact_probs(W2))
+
+
+@pytest.mark.parametrize(("world", "batch", "limit"), [(1, 4, None), (2, 3, 61), (3, 5, None)])
+def test_two_changes_while_reading_in_batches_give_the_batches_of_reading_one_by_one(
+    world: int, batch: int, limit: int | None
+) -> None:
+    """Two online changes inside one batched iteration (two restarts): the batches are those
+    of reading one by one with the same changes after the same samples, on every rank."""
+    for rank in range(world):
+        batched = ranked(world, rank)
+        it = batched.iter_batches(batch, False, limit)
+        got = [next(it) for _ in range(2)]
+        first_at = batched.consumed + world
+        batched.update_weights(W1, position=first_at, kind="online")
+        got += [next(it) for _ in range(3)]
+        second_at = batched.consumed + 2 * world
+        batched.update_weights(W2, position=second_at, kind="online")
+        got += list(it)
+
+        plain = ranked(world, rank)
+        one_by_one = iter(plain)
+        flat = [next(one_by_one) for _ in range(2 * batch)]
+        plain.update_weights(W1, position=first_at, kind="online")
+        flat += [next(one_by_one) for _ in range(3 * batch)]
+        plain.update_weights(W2, position=second_at, kind="online")
+        flat = (flat + list(one_by_one))[:limit]
+        assert got == [flat[i : i + batch] for i in range(0, len(flat), batch)], rank
+
+
+def test_source_counts_and_state_at_read_the_epoch_they_are_given() -> None:
+    """source_counts(consumed, epoch) and state_at(epoch, consumed) describe ``epoch``, not
+    the epoch the sampler is set to: the counts of epoch 1's first 300 samples, by hand."""
+    s = make(0, (W1, 1, 0, "declared"))
+    epoch1, _ = read(s, 300, epoch=1)
+    s.set_epoch(0)
+    assert s.source_counts(300, 1) == shares(epoch1)
+    assert s.state_at(1, 300)["source_counts"] == shares(epoch1)
+    assert s.source_counts(300, 0) != shares(epoch1)
+
+
+@pytest.mark.parametrize("corrupt", ["junk", 5, None])
+def test_a_fingerprint_that_is_not_a_mapping_is_refused(corrupt: object) -> None:
+    """A 'fingerprint' that is not a dict: a StateMismatchError, not a crash."""
+    s = make()
+    read(s, 100)
+    state = copy.deepcopy(s.state_dict())
+    state["fingerprint"] = corrupt
+    with pytest.raises(StateMismatchError, match="fingerprint"):
+        make().load_state_dict(state)
+
+
+def test_another_epoch_length_or_drop_last_is_refused_naming_it() -> None:
+    """The refusal names what changed: samples_per_epoch, drop_last."""
+    s = MixtureSampler(mixture(), W0, num_replicas=3, rank=0, seed=0)  # drop_last=True
+    read(s, 100)
+    state = copy.deepcopy(s.state_dict())
+    shorter = MixtureSampler(mixture(), W0, num_replicas=3, rank=0, seed=0, samples_per_epoch=900)
+    with pytest.raises(StateMismatchError, match="samples_per_epoch"):
+        shorter.load_state_dict(copy.deepcopy(state))
+    padding = MixtureSampler(mixture(), W0, num_replicas=3, rank=0, seed=0, drop_last=False)
+    with pytest.raises(StateMismatchError, match="drop_last"):
+        padding.load_state_dict(copy.deepcopy(state))
