@@ -30,7 +30,7 @@ def document_table(results: dict[str, Any]) -> list[str]:
         ]))  # fmt: skip
     lines += ["", *table_header("reader (1e5 documents)", "us per sample", "M tokens/s")]
     names = {"ours": "PackedDataset, one sample a call",
-             "ours_batch": f"PackedDataset, __getitems__ of {results['batch']}",
+             "ours_batch": f"PackedDataset, batches of {results['batch']} + collate_packed",
              "megatron": "Megatron GPTDataset", "litdata": "LitData TokensLoader"}  # fmt: skip
     for side, name in names.items():
         read = results["reads"].get(side)
