@@ -10,11 +10,11 @@ from __future__ import annotations
 import copy
 from collections import Counter
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
-from lightning_resumable_data import MixtureDataset, MixturePhase, MixtureSampler
+from lightning_resumable_data import MixtureDataset, MixturePhase, MixtureSampler, SampleKey
 from lightning_resumable_data.samplers.schedule import check_phases
 from lightning_resumable_data.state import StateMismatchError
 
@@ -1063,3 +1063,41 @@ def test_another_epoch_length_or_drop_last_is_refused_naming_it() -> None:
     padding = MixtureSampler(mixture(), W0, num_replicas=3, rank=0, seed=0, drop_last=False)
     with pytest.raises(StateMismatchError, match="drop_last"):
         padding.load_state_dict(copy.deepcopy(state))
+
+
+@pytest.mark.parametrize("sample_keys", [False, True])
+@pytest.mark.parametrize("drop_last", [True, False])
+def test_an_online_change_while_reading_a_resumed_epoch_equals_the_change_made_before(
+    sample_keys: bool, drop_last: bool
+) -> None:
+    """Resumed at position 301 on 3 ranks (1000 samples: a ragged tail), read one by one,
+    then changed online 20 positions ahead: every rank yields what a sampler given the same
+    change before reading yields (online changes keep no plan of their own), as keys with
+    their seed, epoch and position when ``sample_keys``."""
+
+    def sampler(rank: int) -> MixtureSampler:
+        return MixtureSampler(
+            mixture(), W0, num_replicas=3, rank=rank, seed=5, drop_last=drop_last,
+            sample_keys=sample_keys,
+        )  # fmt: skip
+
+    first = sampler(0)
+    read(first, 101)  # 101 samples of rank 0: global position 303
+    state = copy.deepcopy(first.state_dict())
+    for rank in range(3):
+        live = sampler(rank)
+        live.load_state_dict(copy.deepcopy(state))
+        it = iter(live)
+        got = [next(it) for _ in range(10)]
+        at = live.consumed + 20
+        live.update_weights(W1, position=at, kind="online")
+        got += list(it)
+        before = sampler(rank)
+        before.load_state_dict(copy.deepcopy(state))
+        before.update_weights(W1, position=at, kind="online")
+        want = list(before)
+        assert got == want, rank
+        if sample_keys:
+            keys = [cast(SampleKey, k) for k in got]
+            assert [(k.seed, k.epoch) for k in keys] == [(5, 0)] * len(keys)
+            assert [k.position for k in keys] == [cast(SampleKey, k).position for k in want]
