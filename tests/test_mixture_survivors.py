@@ -1105,10 +1105,13 @@ def test_an_online_change_while_reading_a_resumed_epoch_equals_the_change_made_b
 
 def test_a_change_for_a_later_epoch_may_start_before_this_epochs_position() -> None:
     """300 positions into epoch 0, a change at (1, 100) is not too late: epoch 1 has not
-    started; one at (0, 100) is."""
+    started; one at (0, 100) is. Without a position, a later epoch's change starts at its
+    beginning, this epoch's at the first position not handed out."""
     s = make()
     read(s, 300)
+    assert s.update_weights(W1, kind="online") == (0, 300)
     assert s.update_weights(W1, epoch=1, position=100, kind="declared") == (1, 100)
+    assert s.update_weights(W2, epoch=2, kind="declared") == (2, 0)
     assert s.weights_at(1, 100) == pytest.approx(exact_probs(W1))
     with pytest.raises(ValueError, match="too late"):
         s.update_weights(W2, epoch=0, position=100, kind="declared")
