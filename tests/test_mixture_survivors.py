@@ -1097,6 +1097,7 @@ def test_an_online_change_while_reading_a_resumed_epoch_equals_the_change_made_b
         before.update_weights(W1, position=at, kind="online")
         want = list(before)
         assert got == want, rank
+        assert {type(i) for i in got} == {SampleKey if sample_keys else int}
         if sample_keys:
             keys = [cast(SampleKey, k) for k in got]
             assert [(k.seed, k.epoch) for k in keys] == [(5, 0)] * len(keys)
@@ -1115,3 +1116,13 @@ def test_a_change_for_a_later_epoch_may_start_before_this_epochs_position() -> N
     assert s.weights_at(1, 100) == pytest.approx(exact_probs(W1))
     with pytest.raises(ValueError, match="too late"):
         s.update_weights(W2, epoch=0, position=100, kind="declared")
+
+
+@pytest.mark.parametrize("kind", ["declared", "online"])
+def test_a_change_with_a_temperature_uses_it(kind: str) -> None:
+    """update_weights(..., temperature=0.5): p ~ w ** 2 from the change on (by hand)."""
+    s = make()
+    read(s, 100)
+    s.update_weights({"web": 1, "code": 2, "math": 1}, position=200, temperature=0.5, kind=kind)
+    assert s.weights_at(0, 199) == pytest.approx(exact_probs(W0))
+    assert s.weights_at(0, 200) == pytest.approx({"web": 1 / 6, "code": 4 / 6, "math": 1 / 6})
