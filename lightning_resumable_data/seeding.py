@@ -31,8 +31,10 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
+import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -40,7 +42,7 @@ from typing import Final
 import numpy as np
 import torch
 
-from lightning_resumable_data.index.keys import KEY_LIMIT, key_digest, key_sequence
+from lightning_resumable_data.index.keys import KEY_LIMIT, key_sequence
 
 __all__ = [
     "DEFAULT_GENERATORS",
@@ -58,6 +60,10 @@ __all__ = [
 _TRAIN_STREAM: Final = 0x54524149  # "TRAI"
 _EVAL_STREAM: Final = 0x4556414C  # "EVAL"
 _RUN_STREAM: Final = 0x52554E53  # "RUNS"
+# key_bytes(stream, *values) of a training and a validation key; ten digest words
+_TRAIN_KEY: Final = struct.Struct("<2I4Q")
+_EVAL_KEY: Final = struct.Struct("<2I5Q")
+_SEED_WORDS: Final = struct.Struct("<10I")
 
 GENERATORS: Final = ("torch", "numpy", "random")
 """The global generators the package can reseed (``torch``: CPU and every CUDA device)."""
@@ -100,12 +106,17 @@ def step_seeds(
         >>> step_seeds(0, 1, 0) == step_seeds(0, 1, 0) != step_seeds(0, 1, 0, micro_batch=1)
         True
     """
-    if validation_batch is None:
-        words = key_digest(_TRAIN_STREAM, seed, step, rank, micro_batch, words=10)
-    else:
-        words = key_digest(
-            _EVAL_STREAM, seed, step, rank, micro_batch, validation_batch, words=10
-        )  # torch, numpy, random
+    try:  # key_digest's key, packed by precompiled structs: this runs at every batch
+        if validation_batch is None:
+            key = _TRAIN_KEY.pack(_TRAIN_STREAM, 4, seed, step, rank, micro_batch)
+        else:
+            key = _EVAL_KEY.pack(_EVAL_STREAM, 5, seed, step, rank, micro_batch, validation_batch)
+    except struct.error:
+        raise ValueError(
+            f"seed={seed!r}, step={step!r}, rank={rank!r}, micro_batch={micro_batch!r} and "
+            f"validation_batch={validation_batch!r} must be ints in [0, 2**64)."
+        ) from None
+    words = _SEED_WORDS.unpack(hashlib.blake2b(key, digest_size=_SEED_WORDS.size).digest())
     return StepSeeds(
         torch=words[0] | words[1] << 32,
         numpy=(words[2], words[3], words[4], words[5]),

@@ -16,6 +16,8 @@ import lightning.pytorch as pl
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from lightning.fabric import Fabric
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning_helpers import make_trainer
@@ -26,6 +28,7 @@ from lightning_resumable_data import (
     ResumableDataModule,
     StatefulDataLoader,
 )
+from lightning_resumable_data.index.keys import key_digest
 from lightning_resumable_data.seeding import (
     GENERATORS,
     data_parallel_rank,
@@ -132,6 +135,39 @@ def test_values_out_of_range_are_refused() -> None:
         step_seeds(-1, 0, 0)
     with pytest.raises(ValueError, match="rank=-2"):
         seed_training_step(-2, seed=0, step=0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(0, 2**64 - 1), min_size=4, max_size=4),
+    st.none() | st.integers(0, 2**64 - 1),
+)
+def test_seeds_are_the_documented_blake2b_words_of_the_key(
+    key: list[int], validation_batch: int | None
+) -> None:
+    # the oracle: the module docstring's key (key_digest), not the packed fast path
+    if validation_batch is None:
+        words = key_digest(0x54524149, *key, words=10)  # "TRAI"
+    else:
+        words = key_digest(0x4556414C, *key, validation_batch, words=10)  # "EVAL"
+    seeds = step_seeds(*key, validation_batch=validation_batch)
+    assert seeds.torch == words[0] | words[1] << 32
+    assert seeds.numpy == words[2:6]
+    assert seeds.python == sum(word << 32 * i for i, word in enumerate(words[6:]))
+
+
+def test_seeds_are_stable_across_versions() -> None:
+    # a resumed run draws what the interrupted one drew: these values may never change
+    assert step_seeds(7, 3, 1, 2).torch == 9300980320436779134
+    assert step_seeds(2**64 - 1, 0, 0, validation_batch=9).torch == 9733740395527574285
+
+
+@pytest.mark.parametrize("bad", [2.5, 2**64, "3", None])
+def test_a_step_that_is_not_a_64_bit_int_is_refused(bad: Any) -> None:
+    with pytest.raises(ValueError, match=r"step=.*must be ints in \[0, 2\*\*64\)"):
+        step_seeds(0, bad, 0)
+    with pytest.raises(ValueError, match="must be ints"):
+        seed_training_step(0, seed=bad, step=0)
 
 
 # -- where the rank comes from --------------------------------------------------------------
