@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from _harness import REPO_ROOT, fmt_n, table_header, table_row
+from bench_mixture_peers import MIXTURE_PEERS, mixture_peers_table
 from documents_table import DOCUMENTS, DOCUMENTS_PAGE, document_table
 from remote_table import REMOTE, REMOTE_PAGE, remote_table
 from seeding_tables import (
@@ -267,6 +268,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if MIXTURE_RANKS.exists():
         ranks = mixture_ranks_table(json.loads(MIXTURE_RANKS.read_text()))
         new = replace_block(new, "mixture-ranks-table", ranks)
+    if MIXTURE_PEERS.exists():
+        peers = mixture_peers_table(json.loads(MIXTURE_PEERS.read_text()))
+        new = replace_block(new, "mixture-peers-table", peers)
     if SAMPLER.exists():
         new = replace_block(new, "sampler-table", sampler_table(json.loads(SAMPLER.read_text())))
     pages = {PAGE: (text, new)}  # page: (as it is, as the JSON gives it)

@@ -24,6 +24,7 @@ QUICK = {  # script: its arguments (bench_guard has no --quick: it takes seconds
     "bench_lightning_overhead.py": ["--quick"],
     "bench_loader.py": ["--quick"],
     "bench_mixture.py": ["--quick"],
+    "bench_mixture_peers.py": ["--quick"],  # without Grain here: this library's rows
     "bench_mixture_ranks.py": ["--quick"],
     "bench_peers.py": ["--quick"],  # peers not installed here are skipped, with a note
     "bench_remote.py": ["--quick"],  # this library's rows (the peers need their own venv)
