@@ -159,11 +159,6 @@ def test_a_loader_resuming_by_skipping_trains_under_the_guard(tmp_path: Path) ->
     assert [ids for _, _, ids in model.seen] == [list(range(k, k + 8)) for k in range(0, 64, 8)] * 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=DataPositionError,
-    reason="bug: a second fit of a loader passed to fit hands out epoch 1 at batch 5 of 0",
-)
 def test_a_second_fit_on_the_same_trainer_continues_the_live_position(tmp_path: Path) -> None:
     """``max_steps=5`` stops epoch 0 after batch 4; ``fit`` again on the same trainer and
     loader with ``max_steps=16`` (no checkpoint: the live position, 40 samples in) trains

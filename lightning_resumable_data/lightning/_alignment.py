@@ -110,6 +110,10 @@ def start_position(
         guard.report(problem)
     batch = align_progress(trainer, epoch, consumed, step_samples)
     guard.anchor(epoch, batch, consumed)
+    if restored is None and consumed and not loader.ends_epoch(consumed):
+        # a fit going on on the same trainer and loader (no checkpoint): its next pass
+        # continues the live position, not torch's next epoch after a partial pass
+        loader.load_state_dict(loader.state_dict())
 
 
 def check_batch(
