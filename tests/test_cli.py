@@ -512,9 +512,48 @@ def test_inspect_needs_a_missing_module(
     torch.save({"hyper_parameters": lrd_user_module.Hparams()}, path)
     monkeypatch.delitem(sys.modules, "lrd_user_module")
     (tmp_path / "lrd_user_module.py").unlink()
-    code, _, err = lrd(capsys, "inspect", path)
+    code, _, err = lrd(capsys, "inspect", path, "--unsafe-unpickle")
     assert code == 1
     one_line_error(err, "cannot unpickle", "No module named 'lrd_user_module'")
+
+
+class _RunsCode:
+    """What a hostile checkpoint holds: unpickling it calls ``Path.touch`` on a file."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Path.touch, (self.marker,))
+
+
+def test_inspect_never_runs_code_from_the_file_by_default(
+    capsys: pytest.CaptureFixture[str], single: Path, tmp_path: Path
+) -> None:
+    checkpoint = load(single / "step=1.ckpt")
+    marker = tmp_path / "ran"
+    checkpoint["hyper_parameters"] = {"config": _RunsCode(marker)}
+    path = tmp_path / "downloaded.ckpt"
+    torch.save(checkpoint, path)
+    code, out, err = lrd(capsys, "inspect", path)
+    assert (code, out) == (2, "")
+    one_line_error(err, "downloaded.ckpt holds ", "only a full unpickle", "--unsafe-unpickle")
+    assert not marker.exists()
+    code, out, _ = lrd(capsys, "inspect", path, "--unsafe-unpickle")  # the user trusts it
+    assert code == 0
+    assert "consumed" in out
+    assert marker.exists()
+
+
+def test_inspect_reads_saved_hyperparameters_without_a_full_unpickle(
+    capsys: pytest.CaptureFixture[str], single: Path, tmp_path: Path
+) -> None:
+    checkpoint = load(single / "step=1.ckpt")
+    # as Lightning writes save_hyperparameters(): dict(hparams)
+    checkpoint["hyper_parameters"] = {"lr": 0.1, "layers": [2, 3], "name": "run", "tied": None}
+    path = tmp_path / "hparams.ckpt"
+    torch.save(checkpoint, path)
+    assert inspect_json(capsys, path)["consumed"] == 4
 
 
 @pytest.mark.parametrize(

@@ -65,6 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         help_ = f"{what} of the resume (default: the saved one)"
         inspect.add_argument(flag, type=_positive_int, metavar=metavar, help=help_)
+    inspect.add_argument(
+        "--unsafe-unpickle",
+        action="store_true",
+        help="fully unpickle a checkpoint that holds objects beyond tensors and plain values "
+        "(this runs code the file names: only for files you trust)",
+    )
 
     plan = commands.add_parser(
         "plan",
@@ -84,7 +90,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "inspect":
         from lightning_resumable_data.cli.checkpoint import format_inspect, inspect
 
-        report = inspect(args.checkpoint, args.world_size, args.batch_size)
+        report = inspect(
+            args.checkpoint, args.world_size, args.batch_size, unsafe_unpickle=args.unsafe_unpickle
+        )
         print(json.dumps(report, indent=2) if args.json else format_inspect(report))
         return 0
     from lightning_resumable_data.cli.plan import format_plan, load_config, make_plan

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,15 +20,20 @@ _SHARDED_FILES = ("meta.pt", "checkpoint/mp_rank_00_model_states.pt")
 _SKIP_KEYS = frozenset({"state_dict", "optimizer_states", "lr_schedulers", "model", "optimizer"})
 
 
-def load_checkpoint(path: Path) -> dict[str, Any]:
+def load_checkpoint(path: Path, *, unsafe_unpickle: bool = False) -> dict[str, Any]:
     """Load a checkpoint file (or a sharded checkpoint's metadata file) on the CPU.
 
     Tensors are memory-mapped where the file allows it, so a large checkpoint is not read
-    into memory to look at its data state. The file is unpickled (``weights_only=False``),
-    as Lightning itself loads checkpoints: inspect only files you trust.
+    into memory to look at its data state. By default the file is loaded with
+    ``weights_only=True``: tensors, containers and plain values only (what Lightning writes,
+    hyperparameters included, when they are plain values), so a file from elsewhere cannot
+    run code. A checkpoint holding other objects is refused, naming the object; with
+    ``unsafe_unpickle=True`` it is fully unpickled, as Lightning loads it, which runs
+    whatever code the file names.
 
     Raises:
-        CliError: The file is missing, not a checkpoint, or needs modules not installed.
+        CliError: The file is missing, not a checkpoint, needs modules not installed, or
+            (without ``unsafe_unpickle``) holds an object only a full unpickle can build.
     """
     if path.is_dir():
         found = next((path / name for name in _SHARDED_FILES if (path / name).is_file()), None)
@@ -47,10 +53,16 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
     import torch  # deferred: only this command reads torch files
 
     try:
-        try:
-            loaded = torch.load(path, map_location="cpu", weights_only=False, mmap=True)
-        except RuntimeError:  # not the zip format (legacy or not a checkpoint): no mmap
-            loaded = torch.load(path, map_location="cpu", weights_only=False)
+        loaded = _torch_load(torch, path, weights_only=not unsafe_unpickle)
+    except pickle.UnpicklingError as error:
+        needed = re.search(r"GLOBAL ([\w.]+)", str(error))
+        if unsafe_unpickle or needed is None:
+            raise _unreadable(path, error) from None
+        raise CliError(
+            f"{path} holds {needed.group(1)}, which only a full unpickle can build, and a "
+            "full unpickle runs whatever code the file names",
+            hint="if you trust the file (you or your team wrote it), pass --unsafe-unpickle.",
+        ) from None
     except (ModuleNotFoundError, AttributeError) as error:
         raise CliError(
             f"cannot unpickle {path}: {error}",
@@ -58,18 +70,31 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
             "hyperparameters); run lrd in the training environment.",
             code=EXIT_FAILURE,
         ) from None
-    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError) as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        raise CliError(
-            f"{path} is not a checkpoint torch.load can read ({type(error).__name__}: {first})",
-            hint="pass a file written by ModelCheckpoint, trainer.save_checkpoint or fabric.save.",
-        ) from None
+    except (RuntimeError, EOFError, ValueError, OSError, KeyError) as error:
+        raise _unreadable(path, error) from None  # KeyError: torch's reading of a text file
     if not isinstance(loaded, dict):
         raise CliError(
             f"{path} is not a checkpoint: it holds a {type(loaded).__name__}, not a dict",
             hint="pass a file written by ModelCheckpoint, trainer.save_checkpoint or fabric.save.",
         )
     return loaded
+
+
+def _torch_load(torch: Any, path: Path, *, weights_only: bool) -> Any:
+    """``torch.load`` on the CPU, memory-mapped where the file's format allows it."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=weights_only, mmap=True)
+    except RuntimeError:  # not the zip format (legacy or not a checkpoint): no mmap
+        return torch.load(path, map_location="cpu", weights_only=weights_only)
+
+
+def _unreadable(path: Path, error: BaseException) -> CliError:
+    text = str(error).split("WeightsUnpickler error:")[-1]  # torch's reason, not its advice
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return CliError(
+        f"{path} is not a checkpoint torch.load can read ({type(error).__name__}: {first})",
+        hint="pass a file written by ModelCheckpoint, trainer.save_checkpoint or fabric.save.",
+    )
 
 
 @dataclass

@@ -142,14 +142,22 @@ def _mixture_report(
 
 
 def inspect(
-    path: Path, world_size: int | None = None, batch_size: int | None = None
+    path: Path,
+    world_size: int | None = None,
+    batch_size: int | None = None,
+    *,
+    unsafe_unpickle: bool = False,
 ) -> dict[str, Any]:
     """Everything ``lrd inspect`` shows, as a JSON-serialisable dict.
 
+    The file is loaded with ``weights_only=True`` unless ``unsafe_unpickle``
+    (see :func:`~lightning_resumable_data.cli._reading.load_checkpoint`).
+
     Raises:
-        CliError: The file is not a checkpoint, or holds no state of this package.
+        CliError: The file is not a checkpoint, holds no state of this package, or needs a
+            full unpickle that was not allowed.
     """
-    checkpoint = load_checkpoint(path)
+    checkpoint = load_checkpoint(path, unsafe_unpickle=unsafe_unpickle)
     found = find_data_state(checkpoint, str(path))
     try:
         return _report(path, checkpoint, found, world_size, batch_size)
