@@ -10,15 +10,25 @@ STAMP := $(VENV)/.installed
 # into the venv where npm is; without npm (or if the install fails) the Azure tests skip.
 AZURITE := $(VENV)/azurite/node_modules/.bin/azurite-blob
 
-.PHONY: setup demo test quick lint typecheck unit docs bench clean soak torchdata-suite mutate
+.PHONY: setup wheel demo test quick lint typecheck unit docs bench clean soak torchdata-suite mutate
 
 setup: $(STAMP) $(AZURITE)
 
+# pip prints one line per package (no progress bars): a fresh set-up takes a few minutes
+PIP_INSTALL := $(PY) -m pip install --progress-bar off --disable-pip-version-check
+
 $(STAMP): pyproject.toml Makefile
+	@echo "== setting up $(VENV) (once; a few minutes on a fresh machine)"
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
-	$(PY) -m pip install --quiet -e ".[test,docs,cli]"
+	@echo "== 1/2: $(TORCH_SPEC)"
+	$(PIP_INSTALL) "$(TORCH_SPEC)"
+	@echo "== 2/2: the package, with its test, docs and cli extras"
+	$(PIP_INSTALL) -e ".[test,docs,cli]"
 	touch $(STAMP)
+
+wheel: setup  ## dist/lightning_resumable_data-<version>-py3-none-any.whl, to install elsewhere
+	$(PY) -m pip wheel --quiet --no-deps --no-build-isolation --wheel-dir dist .
+	@ls dist/lightning_resumable_data-*.whl
 
 $(AZURITE): | $(STAMP)
 	@if command -v npm >/dev/null 2>&1; then \

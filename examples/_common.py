@@ -13,6 +13,7 @@ import logging
 import os
 import re
 import shutil
+import sys
 import warnings
 from pathlib import Path
 from typing import Final
@@ -70,5 +71,14 @@ def run_folder(example: str, *, fresh: bool = True) -> Path:
 
 
 def inspect_hint(checkpoint: Path) -> str:
-    """The line that tells the reader how to look into a kept checkpoint."""
-    return f"Look into the checkpoint: lrd inspect {checkpoint}"
+    """The line that tells the reader how to look into a kept checkpoint.
+
+    ``lrd`` is named by its path next to this interpreter (``.venv/bin/lrd`` after ``make
+    demo``), so the line runs as printed whether or not the venv is activated.
+    """
+    lrd = Path(sys.executable).with_name("lrd")
+    command = "lrd"
+    if lrd.is_file():
+        relative = os.path.relpath(lrd)
+        command = relative if not relative.startswith("..") else str(lrd)
+    return f"Look into the checkpoint: {command} inspect {checkpoint}"

@@ -24,7 +24,7 @@ Run::
 
 Each run prints where it starts (``starting at step ...``) and where it stops, and the
 ``lrd inspect`` command for its last checkpoint (kept under ``runs/``). Needs the ``[cli]``
-extra (jsonargparse): ``pip install 'lightning-resumable-data[cli]'``.
+extra (jsonargparse): ``pip install -e ".[cli]"`` from the clone.
 """
 
 from __future__ import annotations

@@ -46,8 +46,8 @@ _RETIRED: Final[Mapping[int, str]] = {
         "the mixture order, the shard orders and the sample keys (SampleKey.rng, "
         "worker_seed) changed (a statistically sound shuffle at every n and fixed-width "
         "keys), while the 'randperm' order is unchanged. Resuming it here would continue a "
-        "different order. Finish that run with the release that wrote it "
-        "(pip install 'lightning-resumable-data<0.2'), or start a fresh run"
+        "different order. Finish that run with version 0.1, which wrote it (pip install -e . "
+        "in a checkout of that version), or start a fresh run"
     ),
 }
 

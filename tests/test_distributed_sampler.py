@@ -300,7 +300,7 @@ def _state(**changes: Any) -> dict[str, Any]:
         (
             {"version": 1},
             "version=1, this library reads version=2: .*'feistel' order.*"
-            "'randperm' order is unchanged.*Finish that run with the release that wrote it",
+            "'randperm' order is unchanged.*Finish that run with version 0.1, which wrote it",
         ),
         ({"kind": "MixtureSampler"}, "written by kind='MixtureSampler'"),
         ({"epoch": None}, "key 'epoch' is missing"),

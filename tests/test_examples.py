@@ -13,6 +13,7 @@ most of a minute on a small machine).
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -113,6 +114,15 @@ def test_single_dataset_resumes_with_identical_augmentations(
     assert "augmented features equal the uninterrupted run's" in out
     assert "Verdict: IDENTICAL" in out
     assert "lrd inspect runs/single_dataset/reference/ckpt/step=20.ckpt" in out
+    # the printed command runs as printed, from the clone, without an activated venv
+    line = out.split("Look into the checkpoint: ", 1)[1].splitlines()[0]
+    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+    env["PATH"] = "/usr/bin:/bin"
+    ran = subprocess.run(
+        shlex.split(line), cwd=EXAMPLES.parent, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert ran.returncode == 0, f"{line}: {ran.stderr[-2000:]}"
+    assert "consumed" in ran.stdout
 
 
 def test_mixture_pretraining_follows_its_phases_across_a_resume(

@@ -38,8 +38,8 @@ _RETIRED_ORDERS: Final = {
         "its mixture order ('blocks-leaves-feistel/2') skipped the unread draws of a leaf at "
         "every online weight change and shuffled up to 2**20 positions of draws together; "
         "this release reads each source strictly in passes ('bisection-passes/3'), so "
-        "resuming here would continue a different order. Finish that run with the release "
-        "that wrote it (pip install 'lightning-resumable-data<0.3'), or start a fresh run "
+        "resuming here would continue a different order. Finish that run with version 0.2, "
+        "which wrote it (pip install -e . in a checkout of that version), or start a fresh run "
         "(the model weights of the checkpoint can be loaded into it without the data state)"
     ),
 }

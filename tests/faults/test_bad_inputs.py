@@ -546,7 +546,10 @@ STATES: dict[str, Any] = {
     "DS-truncated": BadState(distributed, truncated, StateMismatchError, ("'epoch' is missing",)),
     "DS-version-0": BadState(distributed, put("version", 0), StateMismatchError, ("version=0",)),
     "DS-version-1": BadState(
-        distributed, put("version", 1), StateMismatchError, ("version=1", "release that wrote it")
+        distributed,
+        put("version", 1),
+        StateMismatchError,
+        ("version=1", "version 0.1, which wrote it"),
     ),
     "DS-version-3": BadState(distributed, put("version", 3), StateMismatchError, ("version=3",)),
     "DS-version-str": BadState(
