@@ -12,6 +12,7 @@ most of a minute on a small machine).
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
@@ -133,6 +134,20 @@ def test_mixture_pretraining_follows_its_phases_across_a_resume(
     assert "phase 1 (steps 20..29)" in out
     assert "drawn this epoch" in out  # the callback's logged counts
     assert "across the phase change: the batches equal" in out
+    # its checkpoint (a phase at step 0, no DataModule weights) inspected: the epoch's plan
+    # is computed from the saved phases, not shown as "?"
+    path = out.split("Look into the checkpoint: ", 1)[1].split(" inspect ", 1)[1].split()[0]
+    shown = subprocess.run(
+        [sys.executable, "-m", "lightning_resumable_data.cli", "inspect", path, "--json"],
+        cwd=EXAMPLES.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    mixture = json.loads(shown.stdout)["mixture"]
+    assert mixture["epoch_totals_unknown"] is None
+    assert sum(mixture["epoch_totals"].values()) == json.loads(shown.stdout)["epoch_length"]
     assert "Verdict: IDENTICAL" in out
 
 

@@ -71,6 +71,8 @@ def _format_mixture(mixture: Mapping[str, Any], epoch: int) -> list[str]:
         for name in mixture["sources"]
     ]
     lines.extend("  " + row for row in table(header, rows, right=(1, 2, 3, 4)))
+    if mixture.get("epoch_totals_unknown"):  # "?" above: say why
+        lines += _para("epoch plan", f"unknown: {mixture['epoch_totals_unknown']}")
     following = mixture["next_phase"]
     if following is not None:
         shares = ", ".join(f"{n} {percent(p)}" for n, p in following["shares"].items())

@@ -114,17 +114,26 @@ def _mixture_report(
 
     # The epoch's planned totals, from the real sampler with the saved schedule.
     epoch_totals: dict[str, int] | None = None
+    unplanned: str | None = None  # why the epoch's totals are unknown
     drawn = sampler_state.get("source_counts")
     with quiet():
         try:
             sampler = build_sampler(MixtureSampler.KIND, fingerprint, 1)
             assert isinstance(sampler, MixtureSampler)
+            for entry in schedule:  # the run's phases, as its data module declared them
+                if entry.get("kind", "declared") == "declared":
+                    sampler.update_weights(
+                        entry["weights"],
+                        temperature=entry["temperature"],
+                        epoch=entry["epoch"],
+                        position=entry["position"],
+                    )
             sampler.load_state_dict(sampler_state)
             epoch_totals = sampler.source_counts(sampler.epoch_length, epoch)
             if not isinstance(drawn, dict):
                 drawn = sampler.source_counts(consumed, epoch)
-        except (ValueError, TypeError, KeyError):
-            pass
+        except (ValueError, TypeError, KeyError) as error:
+            unplanned = f"{type(error).__name__}: {error}"
     report: dict[str, Any] = {
         "sources": dict(zip(names, map(int, fingerprint["sizes"]), strict=True)),
         "phase": describe(index),
@@ -133,6 +142,7 @@ def _mixture_report(
         "online_changes": sum(e.get("kind") == "online" for e in schedule),
         "drawn": {n: int(v) for n, v in drawn.items()} if isinstance(drawn, dict) else None,
         "epoch_totals": epoch_totals,
+        "epoch_totals_unknown": unplanned,
     }
     if module is None:
         return report, 1
