@@ -12,7 +12,9 @@ __all__ = ["format_inspect"]
 
 
 def _fingerprint_text(fingerprint: Mapping[str, Any]) -> str:
-    shown = {k: v for k, v in fingerprint.items() if k not in ("sources", "sizes", "initial")}
+    # the order's version ("order") is for the state's checks, not for a reader: --json has it
+    hidden = ("sources", "sizes", "initial", "order")
+    shown = {k: v for k, v in fingerprint.items() if k not in hidden}
     return ", ".join(f"{k} {v}" for k, v in shown.items())
 
 
@@ -150,8 +152,8 @@ def _format_resume(report: Mapping[str, Any]) -> list[str]:
         )
     if resume["dropped"]:
         detail += (
-            f" The last {_plural(resume['dropped'], 'sample')} of the epoch's order are left "
-            "out to even out the ranks."
+            f" The last {_plural(resume['dropped'], 'sample')} of the epoch's order "
+            f"{'is' if resume['dropped'] == 1 else 'are'} left out to even out the ranks."
         )
     lines = _para("resume", text) + _para("", detail)
     for warning in resume.get("warnings", []):
