@@ -132,7 +132,7 @@ def check_state(
     if not isinstance(saved, Mapping):
         raise StateMismatchError(f"{prefix} it has no 'fingerprint' dict; it is corrupted.")
     differences = [
-        f"{key}: saved {saved.get(key, '<missing>')!r}, now {fingerprint.get(key, '<missing>')!r}"
+        f"{key}: saved {_shown(key, saved)}, now {_shown(key, fingerprint)}"
         for key in sorted(set(saved) | set(fingerprint))
         if _normalise(saved.get(key)) != _normalise(fingerprint.get(key))
     ]
@@ -141,7 +141,8 @@ def check_state(
             f"{prefix} the order it resumes depends on values that changed ("
             + "; ".join(differences)
             + "). Resuming would replay or skip samples. Rebuild it with the saved values, "
-            "or start a fresh run."
+            "or start a fresh run (a ResumableDataModule accepts a change of weights or "
+            "phases from the resume point on with allow_config_change=True)."
         )
     for key, expected in required.items():
         value = state.get(key)
@@ -153,6 +154,24 @@ def check_state(
             )
         if isinstance(value, int) and value < 0:
             raise StateMismatchError(f"{prefix} key {key!r}={value} must be >= 0.")
+
+
+def _shown(key: str, fingerprint: Mapping[str, Any]) -> str:
+    """A fingerprint value as the message shows it; a mixture's default weights in words.
+
+    Example:
+        >>> _shown("initial", {"sizes": [4, 2], "initial": {"weights": [4.0, 2.0]}})
+        'no weights (proportional to the source sizes [4, 2])'
+    """
+    value = fingerprint.get(key, "<missing>")
+    sizes = fingerprint.get("sizes")
+    proportional = (
+        key == "initial"
+        and isinstance(value, Mapping)
+        and isinstance(sizes, list)
+        and _normalise(value.get("weights")) == _normalise([float(s) for s in sizes])
+    )
+    return f"no weights (proportional to the source sizes {sizes})" if proportional else repr(value)
 
 
 def _normalise(value: object) -> object:

@@ -123,3 +123,21 @@ def test_stateful_loader_strict_resume_false_keeps_the_position_and_takes_the_ne
     new_sampler.set_epoch(0)
     new_order = list(DistributedSampler(data, 1, 0, seed=2))
     assert rest == new_order[12:]  # the position (12 samples) kept, the new seed's order after
+
+
+def test_a_data_module_without_weights_is_named_so_when_weights_are_added() -> None:
+    """The refusal says "no weights", not the size-proportional numbers it stands for, and
+    names the DataModule's way to accept the change."""
+    from lightning_resumable_data import ResumableDataModule
+
+    sources: dict[str, Any] = {"web": range(120), "code": range(60)}
+    saved = ResumableDataModule(sources, batch_size=4, seed=1)
+    next(iter(saved.train_dataloader()))
+    resumed = ResumableDataModule(sources, weights={"web": 0.5, "code": 0.5}, batch_size=4, seed=1)
+    resumed.load_state_dict(saved.state_dict())
+    with pytest.raises(StateMismatchError) as refused:
+        resumed.train_dataloader()
+    message = str(refused.value)
+    assert "initial: saved no weights (proportional to the source sizes [120, 60]), now" in message
+    assert "[120.0, 60.0]" not in message
+    assert "allow_config_change=True" in message
