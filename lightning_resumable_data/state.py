@@ -131,18 +131,20 @@ def check_state(
     saved = state.get("fingerprint")
     if not isinstance(saved, Mapping):
         raise StateMismatchError(f"{prefix} it has no 'fingerprint' dict; it is corrupted.")
-    differences = [
-        f"{key}: saved {_shown(key, saved)}, now {_shown(key, fingerprint)}"
+    changed = [
+        key
         for key in sorted(set(saved) | set(fingerprint))
         if _normalise(saved.get(key)) != _normalise(fingerprint.get(key))
+    ]
+    differences = [
+        f"{key}: saved {_shown(key, saved)}, now {_shown(key, fingerprint)}" for key in changed
     ]
     if differences:
         raise StateMismatchError(
             f"{prefix} the order it resumes depends on values that changed ("
             + "; ".join(differences)
             + "). Resuming would replay or skip samples. Rebuild it with the saved values, "
-            "or start a fresh run (a ResumableDataModule accepts a change of weights or "
-            "phases from the resume point on with allow_config_change=True)."
+            "or start a fresh run" + "".join(_HINTS.get(key, "") for key in changed) + "."
         )
     for key, expected in required.items():
         value = state.get(key)
@@ -154,6 +156,15 @@ def check_state(
             )
         if isinstance(value, int) and value < 0:
             raise StateMismatchError(f"{prefix} key {key!r}={value} must be >= 0.")
+
+
+_HINTS: Final = {  # what to do about a changed fingerprint value, where a word helps
+    "initial": " (a ResumableDataModule accepts a change of weights or phases from the resume "
+    "point on with allow_config_change=True)",
+    "mode": " (build the loader over the sampler it was saved with: 'position' is a sampler "
+    "of this package, e.g. sampler=DistributedSampler(...); 'torchdata' is torch's own "
+    "sampling, shuffle=True or a torch sampler)",
+}
 
 
 def _shown(key: str, fingerprint: Mapping[str, Any]) -> str:

@@ -141,3 +141,19 @@ def test_a_data_module_without_weights_is_named_so_when_weights_are_added() -> N
     assert "initial: saved no weights (proportional to the source sizes [120, 60]), now" in message
     assert "[120.0, 60.0]" not in message
     assert "allow_config_change=True" in message
+
+
+def test_a_loader_rebuilt_with_shuffle_says_which_sampler_the_state_needs() -> None:
+    from lightning_resumable_data import StatefulDataLoader
+
+    data = list(range(100))
+    sampler = DistributedSampler(data, num_replicas=1, rank=0, seed=0)
+    saved = StatefulDataLoader(data, batch_size=4, sampler=sampler)
+    next(iter(saved))
+    rebuilt = StatefulDataLoader(data, batch_size=4, shuffle=True)
+    with pytest.raises(StateMismatchError) as refused:
+        rebuilt.load_state_dict(saved.state_dict())
+    message = str(refused.value)
+    assert "mode: saved 'position', now 'torchdata'" in message
+    assert "sampler=DistributedSampler(...)" in message
+    assert "allow_config_change" not in message  # not a DataModule's
