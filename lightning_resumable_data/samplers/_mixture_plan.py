@@ -131,18 +131,35 @@ class MixturePlan:
             self.plans.clear()
 
     def _freeze_segment_at(self, epoch: int, position: int) -> None:
-        """Pin the plan of the segment a change interrupts, so its prefix stays as planned."""
-        if position == 0 or position >= self.config.epoch_length:
+        """Pin the plans that a declared change at ``position`` would cut short.
+
+        A segment is planned up to the next declared change, so a new one at ``position``
+        would re-plan the segment it interrupts and every online change's segment before it,
+        back to the last declared change (or the epoch's start), whose positions may be read
+        already. Each keeps the end it was planned with (``plan_end``).
+        """
+        length = self.config.epoch_length
+        if position == 0 or position >= length:
             return
         index = self.governing(epoch, position)
-        governing = self.schedule[index]
-        if governing["epoch"] != epoch:  # the epoch starts with inherited weights
-            governing = carried(governing, epoch, 0)
-            self.schedule.insert(index + 1, governing)
-        if governing["plan_end"] is None:
-            plan = self.segments(epoch, governing["position"])
-            found = bisect.bisect_left(plan, governing["position"], key=lambda s: s.start)
-            governing["plan_end"] = plan[found].key[2]
+        if self.schedule[index]["epoch"] != epoch:  # the epoch starts with inherited weights
+            index += 1
+            self.schedule.insert(index, carried(self.schedule[index - 1], epoch, 0))
+        following = next(  # what segments() plans these segments up to
+            (
+                entry["position"]
+                for entry in self.schedule[index + 1 :]
+                if entry["kind"] == "declared" and entry["epoch"] == epoch
+            ),
+            length,
+        )
+        for entry in reversed(self.schedule[: index + 1]):
+            if entry["epoch"] != epoch:
+                break
+            if entry["plan_end"] is None:
+                entry["plan_end"] = following
+            if entry["kind"] != "online":
+                break
 
     def segments(self, epoch: int, at: int) -> list[Segment]:
         """The segments of ``epoch`` from the one holding position ``at`` (or earlier) on.
