@@ -103,8 +103,11 @@ def mixture_probabilities(weights: Sequence[float], temperature: float) -> NDArr
     if temperature <= 0:
         raise ValueError(f"temperature={temperature} must be > 0 (1.0 keeps the weights).")
     w = np.asarray(weights, dtype=np.float64)
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", over="ignore"):
         logits = np.log(w) / float(temperature)
+        if np.isposinf(logits).any():  # a tiny temperature overflowed: shift, then divide
+            logs = np.log(w)
+            logits = (logs - logs.max()) / float(temperature)
     logits -= logits.max()
     p = np.exp(logits)
     normalised: NDArray[np.float64] = p / p.sum()
@@ -124,6 +127,8 @@ def target_counts(probabilities: NDArray[np.float64], budget: int) -> NDArray[np
         >>> target_counts(np.array([1 / 3, 1 / 3, 1 / 3]), 10).tolist()
         [4, 3, 3]
     """
+    if not (np.all(np.isfinite(probabilities)) and np.any(probabilities > 0)):
+        raise ValueError(f"probabilities {probabilities.tolist()} must be finite, some > 0.")
     exact = probabilities * budget
     counts = np.floor(exact).astype(np.int64)
     left = budget - int(counts.sum())
