@@ -62,7 +62,11 @@ def lightning_overhead_table(results: dict[str, Any]) -> list[str]:
         f"{results['load_average']} at the end of the run.",
         "",
         *table_header(
-            "set-up", "CPU time / batch", "throughput vs plain", "callback hooks / batch"
+            "set-up",
+            "CPU time / batch",
+            "throughput vs plain",
+            "callback hooks / batch",
+            "runs: fastest-slowest",
         ),
     ]
     plain = results["results"]["plain"]["step_us"]
@@ -70,7 +74,15 @@ def lightning_overhead_table(results: dict[str, Any]) -> list[str]:
         hooks = (
             "" if setup == "plain" else f"{row['hooks_us']:.1f} us ({row['hooks_us'] / plain:.1%})"
         )
-        cells = [SETUPS.get(setup, setup), f"{row['step_us']:.0f} us", f"{row['ratio']:.3f}", hooks]
+        low, high = row.get("runs_us", (row["step_us"], row["step_us"]))
+        spread = f"{low:.0f}-{high:.0f} us"
+        cells = [
+            SETUPS.get(setup, setup),
+            f"{row['step_us']:.0f} us",
+            f"{row['ratio']:.3f}",
+            hooks,
+            spread,
+        ]
         lines.append(table_row(cells))
     return [*lines, "", f"- {results['verdict']}"]
 
