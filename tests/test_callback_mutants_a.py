@@ -439,3 +439,19 @@ def test_a_fresh_loader_in_a_fit_continuing_lightnings_counters_is_refused(
     with pytest.raises(DataPositionError, match="does not match the trainer's progress"):
         trainer.fit(model, _plain_order_loader())
     assert len(model.seen) == 5
+
+
+def test_a_first_datamodule_fit_after_training_with_a_plain_loader_is_refused(
+    tmp_path: Path,
+) -> None:
+    """A trainer that trained an epoch with a plain ``DataLoader`` and no checkpoint has no
+    data position to go on from: the data module's fit is refused before a batch is trained,
+    rather than read from epoch 0 or from Lightning's epoch (``__init____mutmut_20``)."""
+    model = IdsModel()
+    trainer = make_trainer(tmp_path, max_epochs=1)
+    trainer.fit(model, torch.utils.data.DataLoader(DATASET, batch_size=8))
+    trained = len(model.seen)
+    trainer.fit_loop.max_epochs = 2
+    with pytest.raises(DataPositionError, match="trained before with another loader"):
+        trainer.fit(model, datamodule=ResumableDataModule(DATASET, batch_size=8, seed=7))
+    assert len(model.seen) == trained  # nothing trained on a guessed position

@@ -121,8 +121,9 @@ def resume_mismatch(
         f"{trained.batches * step_samples} of that epoch, but the loader would continue "
         f"from epoch {epoch}, sample {consumed}. Training on would replay or skip data. "
         "This happens when a data position from another checkpoint reached this fit (e.g. "
-        "restored by hand, or by an older version of this library); resume with "
-        "trainer.fit(..., ckpt_path=...) from one checkpoint, or pass "
+        "restored by hand, or by an older version of this library), or when this trainer "
+        "trained before with another loader; resume with trainer.fit(..., ckpt_path=...) "
+        "from one checkpoint (or fit on a new Trainer), or pass "
         "ResumableDataCallback(verify='warn') to go on regardless."
     )
 
