@@ -32,14 +32,18 @@ class Summary:
         if self.runs:
             kinds = ", ".join(f"{k}={n}" for k, n in sorted(self.faults.items()))
             out.append(
-                f"faults: seed={self.seed} faults injected={sum(self.faults.values())} "
-                f"resumes={self.resumes} samples checked={self.samples_checked} "
-                f"mismatches={self.mismatches}"
+                f"fault campaign (reproduce with LRD_FAULT_SEED={self.seed}): "
+                f"{sum(self.faults.values())} faults injected into {self.runs} training runs "
+                f"({self.run_seconds:.0f} s), {self.resumes} resumes; "
+                f"{self.samples_checked} samples checked against the uninterrupted run, "
+                f"{self.mismatches} differed"
             )
             out.append(
-                f"  by kind: {kinds}; truncated checkpoints skipped={self.truncated_checkpoints}, "
-                f"ledger lines dropped={self.dropped_ledger_lines}, known-bug detours="
-                f"{self.known_bug_detours}, training runs={self.runs} ({self.run_seconds:.0f} s)"
+                f"  faults by kind: {kinds}. A torn checkpoint file was skipped for the one "
+                f"before it {self.truncated_checkpoints} times; the per-sample ledger forgot "
+                f"{self.dropped_ledger_lines} lines of steps trained after the checkpoint a "
+                f"run resumed from (they are trained again, as they must be); resumes moved "
+                f"off a known bug: {self.known_bug_detours}"
             )
         if self.bad_inputs:
             out.append(
