@@ -72,7 +72,8 @@ def sampler_plot() -> None:
         ax.set_title(title, fontsize=10)
         ax.spines[["top", "right"]].set_visible(False)
     memory.set_yscale("log")
-    speed.legend(fontsize=8, frameon=False)
+    speed.set_ylim(0, speed.get_ylim()[1] * 1.35)  # room above the bars for the legend
+    speed.legend(fontsize=8, frameon=False, loc="upper left", ncol=2)
     fig.tight_layout()
     fig.savefig(IMG / "sampler.png", dpi=100)
     plt.close(fig)
@@ -143,7 +144,8 @@ def online_mixing_plot() -> None:
     ax.set_ylabel("probability / share")
     ax.set_ylim(0, 1)
     ax.set_title("Online mixing: softmax of the per-source loss, every 10 steps")
-    ax.legend(fontsize=7, ncol=3, loc="upper center")
+    # below the axes: inside, it covered the highest weight's line
+    ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.2), frameon=False)
     fig.tight_layout()
     fig.savefig(IMG / "online_mixing.png", dpi=100)
     plt.close(fig)
