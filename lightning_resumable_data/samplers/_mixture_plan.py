@@ -131,12 +131,10 @@ class MixturePlan:
             self.plans.clear()
 
     def _freeze_segment_at(self, epoch: int, position: int) -> None:
-        """Pin the plans that a declared change at ``position`` would cut short.
+        """Pin the plan ends that a declared change at ``position`` would move.
 
-        A segment is planned up to the next declared change, so a new one at ``position``
-        would re-plan the segment it interrupts and every online change's segment before it,
-        back to the last declared change (or the epoch's start), whose positions may be read
-        already. Each keeps the end it was planned with (``plan_end``).
+        Segments are planned up to the next declared change: the one it cuts, and the online
+        changes' before it back to the last declared change, keep their ends (``plan_end``).
         """
         length = self.config.epoch_length
         if position == 0 or position >= length:
@@ -145,14 +143,9 @@ class MixturePlan:
         if self.schedule[index]["epoch"] != epoch:  # the epoch starts with inherited weights
             index += 1
             self.schedule.insert(index, carried(self.schedule[index - 1], epoch, 0))
-        following = next(  # what segments() plans these segments up to
-            (
-                entry["position"]
-                for entry in self.schedule[index + 1 :]
-                if entry["kind"] == "declared" and entry["epoch"] == epoch
-            ),
-            length,
-        )
+        later = self.schedule[index + 1 :]  # what segments() plans these segments up to:
+        ends = [e["position"] for e in later if e["kind"] == "declared" and e["epoch"] == epoch]
+        following = ends[0] if ends else length
         for entry in reversed(self.schedule[: index + 1]):
             if entry["epoch"] != epoch:
                 break
