@@ -159,7 +159,10 @@ def find_data_state(checkpoint: Mapping[str, Any], name: str) -> DataState:
     for key, module in modules:
         if _is_loader_state(module.get("train_loader")):
             return DataState(key, module["train_loader"], module, callback)
-    found = list(_loader_states(checkpoint, ""))
+    found = list(_loader_states(checkpoint, ""))  # not under "state_dict" keys: model weights
+    fit_loop = fit_loop_loader(checkpoint)  # a loader passed to trainer.fit, not a DataModule
+    if fit_loop is not None and all(state is not fit_loop for _, state in found):
+        found.insert(0, ("loops.fit_loop.state_dict.combined_loader[0]", fit_loop))
     if found:
         where, loader = found[0]
         module = modules[0][1] if modules else None

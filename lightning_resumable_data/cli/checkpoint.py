@@ -33,13 +33,18 @@ __all__ = ["DataState", "find_data_state", "format_inspect", "inspect", "load_ch
 def _match_phases(
     schedule: Sequence[Mapping[str, Any]], phases: Sequence[Mapping[str, Any]], names: list[str]
 ) -> list[Mapping[str, Any] | None]:
-    """The configured phase behind each schedule entry (in order), ``None`` where there is none."""
+    """The configured phase behind each schedule entry (in order), ``None`` where there is none.
+
+    The first entry is the initial weights, unless a phase at step or epoch 0 replaced them.
+    """
     matched: list[Mapping[str, Any] | None] = [None] * len(schedule)
     remaining = list(phases)
-    for i, entry in enumerate(schedule[1:], start=1):
+    for i, entry in enumerate(schedule):
         if entry.get("kind", "declared") != "declared":
             continue  # decided during training (online) or carried over: no phase behind it
         for j, phase in enumerate(remaining):
+            if i == 0 and (phase.get("start_step") or phase.get("start_epoch")):
+                break  # only a phase from the very start can stand in for the initial weights
             weights = [float(phase["weights"].get(n, math.nan)) for n in names]
             if weights == list(entry["weights"]) and phase["temperature"] == entry["temperature"]:
                 matched[i] = phase
@@ -66,16 +71,17 @@ def _accumulate(
     return seen.pop() if len(seen) == 1 else 1
 
 
-def _phase_label(index: int, phase: Mapping[str, Any] | None, kind: str = "declared") -> str:
+def _phase_label(
+    index: int, phase: Mapping[str, Any] | None, kind: str, configured: Sequence[Mapping[str, Any]]
+) -> str:
+    """How ``lrd inspect`` names schedule entry ``index``: phases by their number (1, 2, ...)."""
     if kind == "online":
         return "online change"
     if kind == "carry":
         return "online weights carried into the epoch"
-    if index == 0:
-        return "initial weights"
-    if phase is None:
-        return f"weight change {index}"
-    return f"phase {index} ({phase_start(phase)})"
+    if phase is not None:
+        return f"phase {configured.index(phase) + 1} ({phase_start(phase)})"
+    return "initial weights" if index == 0 else f"weight change {index}"
 
 
 def _mixture_report(
@@ -102,7 +108,7 @@ def _mixture_report(
         return {
             "index": i,
             "kind": kind,
-            "label": _phase_label(i, phase, kind),
+            "label": _phase_label(i, phase, kind, configured),
             "start_step": phase.get("start_step") if phase is not None else None,
             "start_epoch": phase.get("start_epoch") if phase is not None else None,
             "epoch": int(entry["epoch"]),
@@ -138,7 +144,9 @@ def _mixture_report(
         "sources": dict(zip(names, map(int, fingerprint["sizes"]), strict=True)),
         "phase": describe(index),
         "next_phase": describe(index + 1) if index + 1 < len(schedule) else None,
-        "phases": sum(e.get("kind", "declared") == "declared" for e in schedule),
+        # the declared entries, and the initial weights a phase from step 0 replaced
+        "phases": sum(e.get("kind", "declared") == "declared" for e in schedule)
+        + (matched[0] is not None),
         "online_changes": sum(e.get("kind") == "online" for e in schedule),
         "drawn": {n: int(v) for n, v in drawn.items()} if isinstance(drawn, dict) else None,
         "epoch_totals": epoch_totals,

@@ -104,9 +104,10 @@ def mixture_probabilities(weights: Sequence[float], temperature: float) -> NDArr
         raise ValueError(f"temperature={temperature} must be > 0 (1.0 keeps the weights).")
     w = np.asarray(weights, dtype=np.float64)
     with np.errstate(divide="ignore", over="ignore"):
-        logits = np.log(w) / float(temperature)
-        if np.isposinf(logits).any():  # a tiny temperature overflowed: shift, then divide
-            logs = np.log(w)
+        logs = np.log(w)
+        logits = logs / float(temperature)
+        if not np.array_equal(np.isfinite(logits), np.isfinite(logs)):
+            # a tiny temperature overflowed a finite log weight: shift first, then divide
             logits = (logs - logs.max()) / float(temperature)
     logits -= logits.max()
     p = np.exp(logits)
