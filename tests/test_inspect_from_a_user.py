@@ -113,3 +113,27 @@ def test_set_weights_with_a_tiny_temperature_trains_on(tmp_path: Path) -> None:
     trainer = make_trainer(tmp_path, callback, Change(), max_steps=6)
     trainer.fit(BoringModel(), datamodule=module)
     assert trainer.global_step == 6
+
+
+def test_inspect_resumes_a_loader_state_whose_first_change_replaced_the_initial_weights(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A loader state saved as ``fabric.save(path, {"data": loader})`` keeps it, over a mixture
+    whose weights were changed at position 0 (a phase from the start): the dry run declares
+    the saved phases again, so it reports the exact resume the package would make."""
+    import torch
+
+    mixture = MixtureDataset({"web": range(64), "code": range(24), "math": range(12)})
+    sampler = MixtureSampler(mixture, {"web": 0.6, "code": 0.3, "math": 0.1}, 1, 0, seed=3)
+    sampler.update_weights({"web": 0.2, "code": 0.2, "math": 0.6}, epoch=0, position=0)
+    sampler.update_weights({"web": 0.1, "code": 0.2, "math": 0.7}, epoch=0, position=40)
+    loader = StatefulDataLoader(mixture, batch_size=4, sampler=sampler)
+    batches = iter(loader)
+    for _ in range(5):
+        next(batches)
+    torch.save({"data": loader.state_dict()}, tmp_path / "fabric.ckpt")
+    report = json.loads(inspect(capsys, tmp_path / "fabric.ckpt", "--json"))
+    assert report["found_at"] == "data"
+    assert (report["resume"]["mode"], report["resume"]["ok"]) == ("exact", True)
+    totals = report["mixture"]["epoch_totals"]
+    assert totals == sampler.source_counts(100, epoch=0)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,11 +76,18 @@ def resume_datamodule(
     )
 
 
-def build_sampler(kind: str, fingerprint: Mapping[str, Any], world_size: int) -> DistributedSampler:
+def build_sampler(
+    kind: str,
+    fingerprint: Mapping[str, Any],
+    world_size: int,
+    schedule: Sequence[Mapping[str, Any]] = (),
+) -> DistributedSampler:
     """A sampler of ``kind`` over stand-in data, with ``fingerprint``, as rank 0 of the world.
 
     Used where no data module state says how to build the loader (e.g. a Fabric
-    checkpoint), and to count a mixture's epoch under its saved schedule.
+    checkpoint), and to count a mixture's epoch under its saved schedule. A mixture's
+    declared changes in ``schedule`` (a saved state's) are declared again, as the run that
+    saved it did: one at position 0 replaces the initial weights of ``fingerprint``.
 
     Raises:
         ValueError: An unknown sampler kind, or a fingerprint the package refuses.
@@ -90,7 +97,7 @@ def build_sampler(kind: str, fingerprint: Mapping[str, Any], world_size: int) ->
         names, sizes = list(fingerprint["sources"]), list(fingerprint["sizes"])
         dataset = MixtureDataset({n: range(s) for n, s in zip(names, sizes, strict=True)})
         initial = fingerprint["initial"]
-        return MixtureSampler(
+        mixture = MixtureSampler(
             dataset,
             initial["weights"],
             world_size,
@@ -100,6 +107,11 @@ def build_sampler(kind: str, fingerprint: Mapping[str, Any], world_size: int) ->
             drop_last=fingerprint["drop_last"],
             samples_per_epoch=fingerprint["samples_per_epoch"],
         )
+        for entry in schedule:  # online changes are the state's own: loaded with it
+            if entry.get("kind", "declared") == "declared":
+                where = {"epoch": entry["epoch"], "position": entry["position"]}
+                mixture.update_weights(entry["weights"], entry["temperature"], **where)
+        return mixture
     if kind == DistributedSampler.KIND:
         return DistributedSampler(
             range(fingerprint["dataset_length"]),
@@ -123,7 +135,8 @@ def resume_loader(
     """Load a loader state into a loader built under a layout."""
 
     def build() -> StatefulDataLoader:
-        sampler = build_sampler(kind, fingerprint, world_size)
+        schedule = state.get("sampler", {}).get("schedule", ())
+        sampler = build_sampler(kind, fingerprint, world_size, schedule)
         return StatefulDataLoader(sampler.dataset, batch_size=batch_size, sampler=sampler)
 
     return _dry_run(build, state, (ValueError, TypeError, KeyError))

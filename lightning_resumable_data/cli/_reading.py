@@ -17,6 +17,7 @@ __all__ = ["DataState", "find_data_state", "fit_loop_loader", "load_checkpoint"]
 LOADER_KIND = StatefulDataLoader.KIND
 # Sharded checkpoints are directories; these files hold the trainer state in them.
 _SHARDED_FILES = ("meta.pt", "checkpoint/mp_rank_00_model_states.pt")
+# a checkpoint's top-level weights and optimizer states: never a loader state, often large
 _SKIP_KEYS = frozenset({"state_dict", "optimizer_states", "lr_schedulers", "model", "optimizer"})
 
 
@@ -129,12 +130,16 @@ def _is_loader_state(value: object) -> bool:
 
 
 def _loader_states(value: object, where: str, depth: int = 0) -> Iterator[tuple[str, Any]]:
-    """Every loader state nested in ``value`` (Fabric checkpoints put them under any key)."""
+    """Every loader state nested in ``value`` (Fabric checkpoints put them under any key).
+
+    The checkpoint's own weights and optimizer states (top-level keys) are not walked; a
+    nested ``state_dict`` is (Lightning keeps the fit loop's loader state under one).
+    """
     if _is_loader_state(value):
         yield where, value
     elif depth < 6 and isinstance(value, Mapping):
         for key, item in value.items():
-            if key not in _SKIP_KEYS:
+            if depth > 0 or key not in _SKIP_KEYS:
                 yield from _loader_states(item, f"{where}.{key}" if where else str(key), depth + 1)
     elif depth < 6 and isinstance(value, (list, tuple)):
         for i, item in enumerate(value):
@@ -159,10 +164,7 @@ def find_data_state(checkpoint: Mapping[str, Any], name: str) -> DataState:
     for key, module in modules:
         if _is_loader_state(module.get("train_loader")):
             return DataState(key, module["train_loader"], module, callback)
-    found = list(_loader_states(checkpoint, ""))  # not under "state_dict" keys: model weights
-    fit_loop = fit_loop_loader(checkpoint)  # a loader passed to trainer.fit, not a DataModule
-    if fit_loop is not None and all(state is not fit_loop for _, state in found):
-        found.insert(0, ("loops.fit_loop.state_dict.combined_loader[0]", fit_loop))
+    found = list(_loader_states(checkpoint, ""))
     if found:
         where, loader = found[0]
         module = modules[0][1] if modules else None

@@ -124,16 +124,8 @@ def _mixture_report(
     drawn = sampler_state.get("source_counts")
     with quiet():
         try:
-            sampler = build_sampler(MixtureSampler.KIND, fingerprint, 1)
+            sampler = build_sampler(MixtureSampler.KIND, fingerprint, 1, schedule)
             assert isinstance(sampler, MixtureSampler)
-            for entry in schedule:  # the run's phases, as its data module declared them
-                if entry.get("kind", "declared") == "declared":
-                    sampler.update_weights(
-                        entry["weights"],
-                        temperature=entry["temperature"],
-                        epoch=entry["epoch"],
-                        position=entry["position"],
-                    )
             sampler.load_state_dict(sampler_state)
             epoch_totals = sampler.source_counts(sampler.epoch_length, epoch)
             if not isinstance(drawn, dict):
