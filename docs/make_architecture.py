@@ -30,7 +30,7 @@ MAX_LINES = 300
 # Bottom to top: a module may import its own layer and the layers before it, never after.
 LAYERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("index", ("index",), "pure index math on integers and NumPy arrays"),
-    ("foundation", ("state", "pins", "randomness", "seeding"), "states, pins, keyed RNGs"),
+    ("foundation", ("state", "pins", "randomness", "seeding", "_lazy"), "states, pins, keyed RNGs"),
     ("datasets", ("datasets",), "the mixture dataset: sources at global offsets"),
     ("samplers", ("samplers",), "position and configuration; call the index math"),
     (

@@ -7,8 +7,9 @@ Example:
     [1, 3, 5, 7]
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from lightning_resumable_data._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from lightning_resumable_data.datasets import MixtureDataset
@@ -117,18 +118,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    """Import an exported name's submodule on first use (torch and Lightning are slow)."""
-    if name in _LAZY:
-        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-        globals()[name] = value  # later look-ups skip this function
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    """The module's names, the lazy ones included (for tab completion and ``dir()``)."""
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = lazy_exports(globals(), __name__, _LAZY)
 
 
 __all__ = [

@@ -11,7 +11,7 @@ import torch.utils.data
 from lightning_resumable_data.pins import dataset_pins
 from lightning_resumable_data.randomness import KeyedBatch, SampleKey
 
-__all__ = ["MixtureDataset"]
+__all__ = ["MixtureDataset", "check_mixture"]
 
 
 class MixtureDataset(torch.utils.data.Dataset[Any]):
@@ -123,3 +123,13 @@ class MixtureDataset(torch.utils.data.Dataset[Any]):
             for slot, sample in zip(where, read, strict=True):
                 samples[slot] = (sample, name) if self.return_source else sample
         return samples
+
+
+def check_mixture(dataset: object) -> MixtureDataset:
+    """Return ``dataset`` if it is a :class:`MixtureDataset`, else raise how to make one."""
+    if not isinstance(dataset, MixtureDataset):
+        raise TypeError(
+            f"MixtureSampler samples a MixtureDataset, got {type(dataset).__name__}. Wrap "
+            "the sources: MixtureDataset({'web': web, 'code': code})."
+        )
+    return dataset

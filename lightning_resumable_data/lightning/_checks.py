@@ -8,10 +8,7 @@ sequence element``), weights on a single dataset (silently ignored), a misspelle
 
 from __future__ import annotations
 
-import difflib
-import inspect
-from collections.abc import Callable, Mapping, Sequence, Sized
-from typing import Any
+from collections.abc import Mapping, Sized
 
 from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
 
@@ -20,7 +17,6 @@ from lightning_resumable_data.samplers.distributed import check_non_negative_int
 __all__ = [
     "check_batch_sizes",
     "check_dataset",
-    "check_keywords",
     "check_weights_for",
     "describe_sources",
 ]
@@ -151,31 +147,3 @@ def describe_sources(saved: object, now: object) -> str:
     if isinstance(saved, Mapping) and isinstance(now, Mapping) and list(saved) == list(now) == [""]:
         return f"dataset length: saved {saved['']}, now {now['']}"
     return f"sources: saved {saved!r}, now {now!r}"
-
-
-def check_keywords(init: Callable[..., Any], owner: str, keywords: Sequence[str]) -> None:
-    """Raise a ``TypeError`` naming a close match for each keyword ``init`` does not take.
-
-    Args:
-        init: The ``__init__`` the keywords are for.
-        owner: The class name, for the message.
-        keywords: The keyword names of the call.
-
-    Raises:
-        TypeError: A keyword is not a parameter of ``init`` (and ``init`` has no ``**``).
-
-    Example:
-        >>> def init(self, dataset, *, batch_size=1): ...
-        >>> check_keywords(init, "Module", ["batch_size"])
-    """
-    parameters = inspect.signature(init).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
-        return
-    known = [n for n, p in parameters.items() if n != "self" and p.kind is not p.VAR_POSITIONAL]
-    for keyword in keywords:
-        if keyword not in known:
-            close = difflib.get_close_matches(keyword, known, n=1)
-            fix = f"did you mean {close[0]}=?" if close else "remove it."
-            raise TypeError(
-                f"{owner}() got an unknown argument {keyword}=; {fix} It takes: {', '.join(known)}."
-            )

@@ -10,13 +10,15 @@ restored state) and later ones are placed from the resume point on.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lightning_resumable_data.lightning.steps import limited_batches, step_position
-from lightning_resumable_data.samplers.mixture import MixtureSampler
 from lightning_resumable_data.samplers.schedule import MixturePhase, check_phases
 
-__all__ = ["schedule_phases"]
+if TYPE_CHECKING:
+    from lightning_resumable_data.samplers.mixture import MixtureSampler
+
+__all__ = ["phase_positions", "schedule_phases"]
 
 
 def schedule_phases(
@@ -40,8 +42,46 @@ def schedule_phases(
         restored: The loader state about to be restored, or ``None``.
         saved_step: The optimizer step the restored position belongs to.
     """
+    positions, known = phase_positions(
+        phases,
+        per_rank=len(sampler),
+        num_replicas=sampler.num_replicas,
+        batch_size=batch_size,
+        drop_last=drop_last,
+        trainer=trainer,
+        restored=restored,
+        saved_step=saved_step,
+    )
+    if known:
+        sampler.allow_schedule_change = True  # the phases were checked unchanged
+    for phase, epoch, position in positions:
+        sampler.update_weights(phase.weights, phase.temperature, epoch=epoch, position=position)
+
+
+def phase_positions(
+    phases: Sequence[MixturePhase],
+    *,
+    per_rank: int,
+    num_replicas: int,
+    batch_size: int,
+    drop_last: bool,
+    trainer: Any,
+    restored: Mapping[str, Any] | None = None,
+    saved_step: int = 0,
+) -> tuple[list[tuple[MixturePhase, int, int]], bool]:
+    """The ``(phase, epoch, global position)`` each phase still to come starts at.
+
+    Pure arithmetic (``lrd plan`` counts with it, without torch). Also returns whether the
+    resume is under a changed layout (the phases already passed are then left out).
+
+    Example:
+        >>> phase = MixturePhase(weights={"a": 1.0}, start_step=3)
+        >>> [(p.start_step, e, at) for p, e, at in phase_positions(
+        ...     [phase], per_rank=10, num_replicas=2, batch_size=4, drop_last=False,
+        ...     trainer=None)[0]]
+        [(3, 1, 0)]
+    """
     check_phases(phases)
-    per_rank = len(sampler)
     batches = per_rank // batch_size if drop_last else -(-per_rank // batch_size)
     limit = getattr(trainer, "limit_train_batches", 1.0)
     batches = limited_batches(batches, limit if limit is not None else 1.0)
@@ -51,10 +91,9 @@ def schedule_phases(
             f"epoch ({per_rank}); lower it or raise samples_per_epoch."
         )
     accumulate = int(getattr(trainer, "accumulate_grad_batches", 1) or 1)
-    step_samples = batch_size * sampler.num_replicas
-    known = _resume_point(restored, saved_step, batch_size, sampler.num_replicas, step_samples)
-    if known:
-        sampler.allow_schedule_change = True  # the phases were checked unchanged
+    step_samples = batch_size * num_replicas
+    known = _resume_point(restored, saved_step, batch_size, num_replicas, step_samples)
+    positions = []
     for phase in phases:
         if phase.start_epoch is not None:
             epoch, position = phase.start_epoch, 0
@@ -71,7 +110,8 @@ def schedule_phases(
                 accumulate=accumulate,
                 **known,
             )
-        sampler.update_weights(phase.weights, phase.temperature, epoch=epoch, position=position)
+        positions.append((phase, epoch, position))
+    return positions, bool(known)
 
 
 def _resume_point(

@@ -18,7 +18,6 @@ from lightning_resumable_data.index.permutation import PermutationAlgorithm, che
 from lightning_resumable_data.lightning._checks import (
     check_batch_sizes,
     check_dataset,
-    check_keywords,
     check_weights_for,
 )
 from lightning_resumable_data.lightning._contract import PhasedDataModule
@@ -31,7 +30,7 @@ from lightning_resumable_data.lightning._module_state import (
 )
 from lightning_resumable_data.lightning.callback import ResumableDataCallback
 from lightning_resumable_data.loader import StatefulDataLoader
-from lightning_resumable_data.samplers._arguments import check_key_seed
+from lightning_resumable_data.samplers._arguments import check_key_seed, check_keywords
 from lightning_resumable_data.samplers.distributed import check_non_negative_int
 from lightning_resumable_data.samplers.schedule import MixturePhase
 

@@ -7,6 +7,8 @@ A :class:`PlanConfig` holds the arguments of :class:`ResumableDataModule` and
 :class:`~lightning_resumable_data.MixturePhase` that ``LightningCLI`` parses for the callback.
 Every value is checked where it is used (the data module, the sampler, the phase): there is
 no second validator, and a config error reads like the error of the real run.
+The module imports neither torch nor Lightning (``lrd plan`` reads it);
+:meth:`PlanConfig.datamodule` imports them on first use.
 
 Example:
     >>> config = PlanConfig.from_mapping(
@@ -21,15 +23,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from types import SimpleNamespace
-from typing import Any, cast
-
-import lightning.pytorch as pl
+from typing import TYPE_CHECKING, Any
 
 from lightning_resumable_data.index.permutation import PermutationAlgorithm
-from lightning_resumable_data.lightning._checks import check_keywords
-from lightning_resumable_data.lightning.datamodule import ResumableDataModule
-from lightning_resumable_data.samplers.distributed import check_non_negative_int
+from lightning_resumable_data.samplers._arguments import check_keywords, check_non_negative_int
 from lightning_resumable_data.samplers.schedule import MixturePhase
+
+if TYPE_CHECKING:
+    from lightning_resumable_data.lightning.datamodule import ResumableDataModule
 
 __all__ = ["PlanConfig"]
 
@@ -149,6 +150,8 @@ class PlanConfig:
             ValueError: The data module or its sampler refuses the configuration.
             TypeError: Ditto.
         """
+        from lightning_resumable_data.lightning.datamodule import ResumableDataModule
+
         module = ResumableDataModule(
             self.stand_in(),
             batch_size=self.batch_size if batch_size is None else batch_size,
@@ -168,10 +171,9 @@ class PlanConfig:
         return module
 
 
-def _trainer(world_size: int, accumulate: int) -> pl.Trainer:
+def _trainer(world_size: int, accumulate: int) -> Any:
     """The few trainer attributes the data module reads (no real trainer is needed)."""
     strategy = SimpleNamespace(distributed_sampler_kwargs={"num_replicas": world_size, "rank": 0})
-    fake: Any = SimpleNamespace(
+    return SimpleNamespace(
         strategy=strategy, max_epochs=None, accumulate_grad_batches=accumulate, callbacks=None
     )
-    return cast(pl.Trainer, fake)

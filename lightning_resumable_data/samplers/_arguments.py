@@ -1,9 +1,11 @@
-"""Argument checks the samplers share: counts, sized datasets, ranks and seeds (torch's ranges)."""
+"""Shared argument checks: counts, sized datasets, ranks, seeds (torch's ranges), keywords."""
 
 from __future__ import annotations
 
-from collections.abc import Sized
-from typing import Final
+import difflib
+import inspect
+from collections.abc import Callable, Sequence, Sized
+from typing import Any, Final
 
 import numpy as np
 
@@ -11,6 +13,7 @@ __all__ = [
     "SEED_LIMIT",
     "check_epoch_seed",
     "check_key_seed",
+    "check_keywords",
     "check_non_negative_int",
     "check_rank_as_torch",
     "check_seed",
@@ -102,3 +105,31 @@ def check_epoch_seed(epoch: int, seed: int) -> None:
             f"epoch={epoch} with seed={seed} must keep seed + epoch < 2**64 (torch "
             "seeds the epoch's shuffle with seed + epoch); use a smaller seed."
         )
+
+
+def check_keywords(init: Callable[..., Any], owner: str, keywords: Sequence[str]) -> None:
+    """Raise a ``TypeError`` naming a close match for each keyword ``init`` does not take.
+
+    Args:
+        init: The ``__init__`` the keywords are for.
+        owner: The class name, for the message.
+        keywords: The keyword names of the call.
+
+    Raises:
+        TypeError: A keyword is not a parameter of ``init`` (and ``init`` has no ``**``).
+
+    Example:
+        >>> def init(self, dataset, *, batch_size=1): ...
+        >>> check_keywords(init, "Module", ["batch_size"])
+    """
+    parameters = inspect.signature(init).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return
+    known = [n for n, p in parameters.items() if n != "self" and p.kind is not p.VAR_POSITIONAL]
+    for keyword in keywords:
+        if keyword not in known:
+            close = difflib.get_close_matches(keyword, known, n=1)
+            fix = f"did you mean {close[0]}=?" if close else "remove it."
+            raise TypeError(
+                f"{owner}() got an unknown argument {keyword}=; {fix} It takes: {', '.join(known)}."
+            )

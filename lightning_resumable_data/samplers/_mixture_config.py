@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
-from lightning_resumable_data.datasets.mixture import MixtureDataset
 from lightning_resumable_data.index.mixture import (
     MAX_SEGMENT,
     check_weights,
@@ -22,14 +21,39 @@ from lightning_resumable_data.state import StateMismatchError, check_state
 __all__ = [
     "ORDER",
     "MixtureConfig",
+    "SourceSizes",
+    "Sources",
     "Weights",
-    "check_mixture",
     "check_mixture_state",
     "check_not_handed_out",
     "epoch_budget",
 ]
 
 Weights = Mapping[str, float] | Sequence[float]
+
+
+class Sources(Protocol):
+    """What the order of a mixture reads of its sources: their names and sizes, in order."""
+
+    @property
+    def names(self) -> tuple[str, ...]: ...
+
+    @property
+    def sizes(self) -> tuple[int, ...]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SourceSizes:
+    """Named source sizes without the data: what ``lrd plan`` counts draws over (no torch).
+
+    Example:
+        >>> SourceSizes(("web", "code"), (3, 1)).sizes
+        (3, 1)
+    """
+
+    names: tuple[str, ...]
+    sizes: tuple[int, ...]
+
 
 ORDER: Final = "bisection-passes/3"  # the law (index.arrangement, index.passes), in the state
 # Laws of earlier releases, refused with how to finish such a run.
@@ -45,29 +69,20 @@ _RETIRED_ORDERS: Final = {
 }
 
 
-def check_mixture(dataset: object) -> MixtureDataset:
-    """Return ``dataset`` if it is a :class:`MixtureDataset`, else raise how to make one."""
-    if not isinstance(dataset, MixtureDataset):
-        raise TypeError(
-            f"MixtureSampler samples a MixtureDataset, got {type(dataset).__name__}. Wrap "
-            "the sources: MixtureDataset({'web': web, 'code': code})."
-        )
-    return dataset
-
-
-def epoch_budget(dataset: MixtureDataset, samples_per_epoch: int | None) -> int:
+def epoch_budget(sources: Sources, samples_per_epoch: int | None) -> int:
     """The global samples of an epoch: ``samples_per_epoch``, by default the mixture's size.
 
     Example:
-        >>> epoch_budget(MixtureDataset({"web": range(3)}), None)
+        >>> epoch_budget(SourceSizes(("web",), (3,)), None)
         3
     """
-    if len(dataset) == 0:
+    size = sum(sources.sizes)
+    if size == 0:
         raise ValueError(
-            f"every source of the mixture is empty (sources {list(dataset.names)}); there "
+            f"every source of the mixture is empty (sources {list(sources.names)}); there "
             "is nothing to draw. Give at least one source samples."
         )
-    budget = len(dataset) if samples_per_epoch is None else samples_per_epoch
+    budget = size if samples_per_epoch is None else samples_per_epoch
     length = check_non_negative_int("samples_per_epoch", budget)
     if not 0 < length <= MAX_SEGMENT:
         raise ValueError(
@@ -119,12 +134,12 @@ class MixtureConfig:
     """What a mixture sampler's order depends on besides its schedule: sources, seed, epoch.
 
     Example:
-        >>> config = MixtureConfig(MixtureDataset({"web": range(3), "code": range(1)}), 0, 4)
+        >>> config = MixtureConfig(SourceSizes(("web", "code"), (3, 1)), 0, 4)
         >>> config.entry(0, 0, {"web": 3, "code": 1}, 1.0)["weights"]
         [3.0, 1.0]
     """
 
-    mixture: MixtureDataset
+    mixture: Sources
     seed: int
     epoch_length: int
 

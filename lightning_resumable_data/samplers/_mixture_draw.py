@@ -12,12 +12,11 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 from numpy.typing import NDArray
 
-from lightning_resumable_data.datasets.mixture import MixtureDataset
 from lightning_resumable_data.index.mixture import (
     Arrangement,
     arrangement,
@@ -25,6 +24,9 @@ from lightning_resumable_data.index.mixture import (
     source_samples,
     target_counts,
 )
+
+if TYPE_CHECKING:
+    from lightning_resumable_data.datasets.mixture import MixtureDataset
 
 __all__ = [
     "RANK_CHUNK",

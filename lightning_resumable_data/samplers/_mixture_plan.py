@@ -44,8 +44,8 @@ class MixturePlan:
     """The schedule of weight changes in force, and each epoch's segments under it.
 
     Example:
-        >>> from lightning_resumable_data.datasets.mixture import MixtureDataset
-        >>> config = MixtureConfig(MixtureDataset({"a": range(5), "b": range(5)}), 0, 10)
+        >>> from lightning_resumable_data.samplers._mixture_config import SourceSizes
+        >>> config = MixtureConfig(SourceSizes(("a", "b"), (5, 5)), 0, 10)
         >>> plan = MixturePlan(config, config.entry(0, 0, [1.0, 1.0], 1.0))
         >>> plan.add(config.entry(0, 4, [1.0, 0.0], 1.0), started=False)
         >>> [(s.start, s.stop) for s in plan.segments(0, 0)]

@@ -14,14 +14,13 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
-from lightning_resumable_data.datasets.mixture import MixtureDataset
+from lightning_resumable_data.datasets.mixture import MixtureDataset, check_mixture
 from lightning_resumable_data.samplers._arguments import check_key_seed, check_non_negative_int
 from lightning_resumable_data.samplers._chunks import BatchCount, ChunkStream
 from lightning_resumable_data.samplers._mixture_config import (
     ORDER,
     MixtureConfig,
     Weights,
-    check_mixture,
     check_mixture_state,
     check_not_handed_out,
     epoch_budget,

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from lightning_resumable_data.index.mixture import check_weights, mixture_probabilities
-from lightning_resumable_data.samplers.distributed import check_non_negative_int
+from lightning_resumable_data.samplers._arguments import check_non_negative_int
 from lightning_resumable_data.state import StateMismatchError
 
 __all__ = [
