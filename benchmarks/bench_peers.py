@@ -4,8 +4,9 @@ All paths read the same rows: 1024-token ``uint16`` sequences, batch 32, shuffle
 of 1, and yield the same batch (a ``torch.uint16`` tensor ``(32, 1024)``, default collate;
 no dtype conversion anywhere). Paths (``peers_paths.py``): ``plain`` and ``sharded`` (ours),
 ``torchdata``, ``litdata`` (its ``TokensLoader`` path), ``grain`` (``MapDataset`` ->
-``IterDataset``, ``get_state``/``set_state``) and ``raw`` (the limit: a vectorised memmap
-gather per batch, one process). Each measurement runs in its own process
+``IterDataset``, ``get_state``/``set_state``), ``mosaic`` (MosaicML Streaming: ``MDSWriter``
+shards, ``StreamingDataset`` + ``StreamingDataLoader``, ``peers_mosaic.py``) and ``raw`` (the
+limit: a vectorised memmap gather per batch, one process). Each measurement runs in its own process
 (``_harness.spawn_json``); the paths run in the same invocation, interleaved, so that a busy
 machine slows every path alike.
 
@@ -20,13 +21,19 @@ The peers are not dependencies of the package; run it from a venv that has them:
 
     python3 -m venv /work/bench-venv
     /work/bench-venv/bin/pip install torch==2.13.0
-    /work/bench-venv/bin/pip install -c <(echo torch==2.13.0) -e . torchdata litdata grain
+    /work/bench-venv/bin/pip install -c <(echo torch==2.13.0) -e . torchdata litdata grain \
+        mosaicml-streaming==0.13.0
     /work/bench-venv/bin/pip uninstall -y torchvision   # LitData pulls a CUDA build
     /work/bench-venv/bin/python benchmarks/bench_peers.py   # -> benchmarks/results/peers.json
     .venv/bin/python benchmarks/tables.py && .venv/bin/python docs/make_plots.py
 
-A peer missing from the environment (LitData, Grain) is skipped with a printed note;
-``--quick`` is the CI-sized run (under two minutes).
+Streaming imports torchvision at its top level; with torchvision uninstalled (it cannot load
+beside a CPU-only torch), ``peers_mosaic.import_streaming`` gives it two placeholder names
+for the time of the import only (a stub package in the venv would break ``import
+lightning``): no step beyond the uninstall. A peer missing from the environment (LitData,
+Grain, Streaming) is skipped with a printed note; ``--quick`` is the CI-sized run (under two
+minutes). The data goes to a temporary folder, removed at the end (keep it with ``--data``):
+the 3.3M-sample set as MDS shards is 6.8 GB, written by Streaming's own writer.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -44,6 +52,7 @@ from typing import Any
 
 from _harness import REPO_ROOT, Json, load_average, package_version, python_version, spawn_json
 from peers_lightning import child_lightning
+from peers_mosaic import make_mosaic, mosaic_state
 from peers_paths import (
     BATCH,
     PATHS,
@@ -74,8 +83,11 @@ QUICK = {"rounds": 1, "repeat": 2, "batches": 100, "steps": 50, "samples": 8_192
 def child_resume(path: str, root: Path, k: int, repeat: int) -> Json:
     """Median seconds from a fresh loader to its first batch after a resume at batch k."""
     state: Any = None
+    expected: Any = None  # the batch a resume must give, where it is known
     if path == "grain":
         state = grain_state(root, k) if k else None
+    elif path == "mosaic":
+        state, expected = mosaic_state(root, k) if k else (None, None)
     elif k and path != "raw":
         loader = build(path, root, 0, cheap=path != "litdata")
         iterator = iter(loader)
@@ -98,6 +110,8 @@ def child_resume(path: str, root: Path, k: int, repeat: int) -> Json:
             loader.close()  # Grain's prefetch threads would go on reading
     if path == "grain" and not bool((batch.numpy() == loader.dataset[k]).all()):
         raise RuntimeError(f"Grain resumed at k={k} to a batch other than its batch {k}")
+    if expected is not None and not bool((batch.numpy() == expected.numpy()).all()):
+        raise RuntimeError(f"{path} resumed at k={k} to a batch other than its batch {k}")
     return {"seconds": statistics.median(times[1:]), "runs": times[1:], "batch": describe(batch)}
 
 
@@ -209,7 +223,10 @@ def run_child(spec: Sequence[str]) -> Json:
 
 def conditions(args: argparse.Namespace) -> str:
     """The conditions of the run, for the JSON and the docs."""
-    big = f"{RESUME_SAMPLES:,} samples (sparse files) for k = 100,000, where LitData is not run"
+    big = (
+        f"{RESUME_SAMPLES:,} samples (sparse files; Mosaic's MDS shards written in full) for "
+        "k = 100,000, where LitData is not run"
+    )
     return (
         f"{SEQ_LEN}-token uint16 sequences, batch {BATCH}, shuffled, rank 0 of 1, every path "
         f"yielding a torch.uint16 ({BATCH}, {SEQ_LEN}) batch; {args.samples:,} samples "
@@ -220,6 +237,11 @@ def conditions(args: argparse.Namespace) -> str:
         "TokensLoader, StreamingDataset(item_loader=TokensLoader(block_size=1024)); Grain: "
         "MapDataset.source(memmap).shuffle().batch(32).to_iter_dataset(), without read threads "
         "(ReadOptions(num_threads=0)) at 0 workers, its default ReadOptions + mp_prefetch at 2; "
+        "Mosaic: MDSWriter (ndarray:uint16:1024, 16,384 samples a shard), "
+        "StreamingDataset(local, shuffle=True, shuffle_seed=0, batch_size=32) with its default "
+        "shuffle (py1e) and predownload + StreamingDataLoader, a collate stacking the rows "
+        "(np.stack + torch.from_numpy, as Grain's batch), resumed by its state_dict/"
+        "load_state_dict (past k = 1,000: its state at k = 1 with sample_in_epoch = 32k); "
         "raw limit: one process, a fancy-index gather of each "
         "batch's rows from the memmap (resume: rows of batch k by an affine bijection); "
         "throughput without workers and Lightning steps per CPU second of the process, with 2 "
@@ -250,8 +272,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         make_data(roots["resume"], RESUME_SAMPLES, sparse=True)
     if "litdata" in paths and not (roots["small"] / "litdata").exists():
         make_litdata(roots["small"])
+    for root in roots.values():  # index.json is written last: without it, a partial set
+        mds = root / "mosaic" / "index.json"
+        if "mosaic" in paths and (root / "all.npy").exists() and not mds.exists():
+            make_mosaic(root)
     started = time.time()
-    results = measure(args, roots, paths)
+    try:
+        results = measure(args, roots, paths)
+    finally:
+        if args.data is None:  # a temporary folder: nobody else can find it
+            shutil.rmtree(base, ignore_errors=True)
     command = "benchmarks/bench_peers.py" + "".join(f" {a}" for a in (argv or sys.argv[1:]))
     results.update(
         command=command.strip(),
@@ -262,6 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         versions={
             "python": python_version(),
             **{p: package_version(p) for p in ("torch", "torchdata", "litdata", "grain")},
+            "mosaicml-streaming": package_version("mosaicml-streaming"),
             "lightning": package_version("lightning"),
         },
         cpus=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),

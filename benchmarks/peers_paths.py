@@ -14,6 +14,9 @@ Every path yields the same batch: a ``torch.Tensor`` of ``torch.uint16``, shape
 * ``grain``: ``MapDataset.source(NpyTokens).shuffle(seed).batch(32)`` ->
   ``to_iter_dataset()`` (no read threads without workers; ``.mp_prefetch`` with workers),
   ``get_state``/``set_state``; its NumPy batch is wrapped by ``torch.from_numpy`` (no copy).
+* ``mosaic``: MosaicML Streaming: ``MDSWriter`` shards, read by ``StreamingDataset`` +
+  ``StreamingDataLoader``, resumed by its ``state_dict``/``load_state_dict``
+  (``peers_mosaic.py``).
 * ``raw``: the limit, not a loader: one vectorised memmap gather per batch, one process.
 
 Imports of torch, NumPy and the peers stay inside functions: the parent process is light.
@@ -31,16 +34,17 @@ SEQ_LEN = 1024
 BATCH = 32
 SEED = 0
 SHARD_TOKENS = 1 << 24  # 16,384 samples per shard (and per LitData chunk)
-PATHS = ("plain", "sharded", "torchdata", "litdata", "grain", "raw")
-PEERS = ("torchdata", "litdata", "grain")
-OPTIONAL = {"litdata": "litdata", "grain": "grain"}  # path -> module it needs
+PATHS = ("plain", "sharded", "torchdata", "litdata", "grain", "mosaic", "raw")
+PEERS = ("torchdata", "litdata", "grain", "mosaic")
+OPTIONAL = {"litdata": "litdata", "grain": "grain", "mosaic": "streaming"}  # path -> module
+DISTRIBUTIONS = {"streaming": "mosaicml-streaming"}  # module -> what pip installs it as
 
 
 def missing(path: str) -> str | None:
     """Why ``path`` cannot run in this environment, or ``None`` if it can."""
     module = OPTIONAL.get(path)
     if module and importlib.util.find_spec(module) is None:
-        return f"{module} is not installed (pip install {module})"
+        return f"{module} is not installed (pip install {DISTRIBUTIONS.get(module, module)})"
     return None
 
 
@@ -232,6 +236,10 @@ def build(path: str, root: Path, workers: int, cheap: bool = False) -> Any:
         return litdata.StreamingDataLoader(dataset, batch_size=BATCH, num_workers=workers)
     if path == "grain":
         return GrainLoader(root, workers)
+    if path == "mosaic":
+        from peers_mosaic import build_mosaic
+
+        return build_mosaic(root, workers)
     if path == "sharded":
         readers = open_token_shards(root, preload=False)  # memmapped, as the .npy
         data: Any = DistributedShardedDataset(readers, seed=SEED)

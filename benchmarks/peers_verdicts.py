@@ -49,6 +49,7 @@ def verdicts(results: Json) -> list[str]:
                 f"throughput {workers} workers: {path} {rate:,.0f} samples/s = "
                 f"{rate / base:.2f}x torchdata{text}: {'met' if ok else 'NOT met'}"
             )
+    lines += [line for path in ours if (line := _against(results, path, "mosaic"))]
     steps = results.get("lightning_steps_per_s", {})
     if {"resumable", "plain"} <= steps.keys():
         ratio = steps["resumable"] / steps["plain"]
@@ -58,3 +59,26 @@ def verdicts(results: Json) -> list[str]:
             f"plain DataLoader ({steps['plain']:.1f}): {mark}"
         )
     return lines
+
+
+def _against(results: Json, path: str, peer: str) -> str | None:
+    """One path of ours against one peer on every k and worker count both measured."""
+    resume, rates = results["resume_s"], results["throughput"]
+    times = {k: resume[path][k] / t for k, t in resume.get(peer, {}).items() if k in resume[path]}
+    reads = {w: rates[path][w] / r for w, r in rates.get(peer, {}).items() if w in rates[path]}
+    if not times or not reads:
+        return None
+    ok = all(ratio <= RESUME_TARGET for ratio in times.values()) and min(reads.values()) >= 1
+    low, high = (_x(f(times.values())) for f in (min, max))
+    ks = sorted(map(int, times))
+    return (
+        f"against {peer}: {path} resumes in {low}-{high} its time (k = {ks[0]:,} to "
+        f"{ks[-1]:,}) and reads "
+        + ", ".join(f"{_x(ratio)} its rate at {w} workers" for w, ratio in reads.items())
+        + f": {'met' if ok else 'NOT met'}"
+    )
+
+
+def _x(ratio: float) -> str:
+    """A ratio, two decimals (two significant digits below 0.1, as the table shows them)."""
+    return f"{ratio:.2f}x" if ratio >= 0.1 else f"{ratio:.2g}x"

@@ -61,9 +61,16 @@ def peers_table(results: dict[str, Any]) -> list[str]:
         "torchdata": "torchdata: `.npy` memmap + torch `DistributedSampler`",
         "litdata": "LitData: `TokensLoader` + `StreamingDataLoader`",
         "grain": "Grain: `MapDataset` -> `IterDataset`",
+        "mosaic": "Mosaic: `StreamingDataset` + `StreamingDataLoader`",
         "raw": "raw limit: memmap gather, one process",
     }
-    refs = {"torchdata": "torchdata", "litdata": "LitData", "grain": "Grain", "raw": "raw limit"}
+    refs = {
+        "torchdata": "torchdata",
+        "litdata": "LitData",
+        "grain": "Grain",
+        "mosaic": "Mosaic",
+        "raw": "raw limit",
+    }
     resume, rates = results["resume_s"], results["throughput"]
 
     def _ratio(value: float, ref: float | None) -> str:  # two significant digits below 0.1

@@ -84,7 +84,7 @@ def peers_plot() -> None:
     results = json.loads(PEERS.read_text())
     resume, rates = results["resume_s"], results["throughput"]
     colours = {"plain": "#5e35b1", "sharded": "#26a69a", "torchdata": "#f4a261"}
-    colours.update(litdata="#9e9e9e", grain="#e57373", raw="#212121")
+    colours.update(litdata="#9e9e9e", grain="#e57373", mosaic="#64b5f6", raw="#212121")
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4))
     ks = sorted({int(k) for row in resume.values() for k in row})
     width = 0.8 / len(resume)
