@@ -18,18 +18,18 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-QUICK = {  # script: its arguments (bench_guard has no --quick: it takes seconds as it is)
-    "bench_documents.py": ["--quick"],
-    "bench_guard.py": ["--calls", "20000", "--repeat", "2"],
+QUICK = {  # script: its arguments, each at its smallest (one repeat): CI runs every code path
+    "bench_documents.py": ["--counts", "1e4", "--repeat", "1"],
+    "bench_guard.py": ["--calls", "20000", "--repeat", "2"],  # no --quick: seconds as it is
     "bench_lightning_overhead.py": ["--quick"],
     "bench_loader.py": ["--quick"],
-    "bench_mixture.py": ["--quick"],
+    "bench_mixture.py": ["--quick", "--repeat", "1"],
     "bench_mixture_peers.py": ["--quick"],  # without Grain here: this library's rows
     "bench_mixture_ranks.py": ["--quick"],
-    "bench_peers.py": ["--quick"],  # peers not installed here are skipped, with a note
-    "bench_remote.py": ["--quick"],  # this library's rows (the peers need their own venv)
-    "bench_sampler.py": ["--quick"],
-    "bench_seeding.py": ["--quick"],
+    "bench_peers.py": ["--quick", "--repeat", "1"],  # peers not installed here: skipped, noted
+    "bench_remote.py": ["--quick", "--repeat", "1"],  # this library's rows (peers: own venv)
+    "bench_sampler.py": ["--sizes", "1e6", "--feistel-sizes", "1e10", "--budget", "2e6"],
+    "bench_seeding.py": ["--quick", "--repeat", "1"],
     "bench_shard_resume.py": ["--quick"],
     "bench_shards.py": ["--quick"],
 }
