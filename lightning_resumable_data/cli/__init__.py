@@ -4,6 +4,7 @@
   and whether a resume under another world size or batch size is exact or elastic.
 * ``lrd plan CONFIG``: the phases of a mixture schedule, the samples each source gives in
   each phase, and how many passes over each source the whole run makes.
+* ``lrd trace CHECKPOINT --step N``: the samples each rank trained at optimizer step N.
 
 Errors in the input are one line on stderr, with exit code 2; other failures exit with 1.
 
@@ -19,7 +20,7 @@ import json
 import os
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from lightning_resumable_data.cli._errors import EXIT_FAILURE, EXIT_USAGE, CliError
@@ -29,14 +30,19 @@ __all__ = ["CliError", "build_parser", "main"]
 _PROG = "lrd"
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
-    return value
+def _at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer ``>= minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} must be >= {minimum}")
+        return value
+
+    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("--batch-size", "B", "per-rank batch size"),
     ):
         help_ = f"{what} of the resume (default: the saved one)"
-        inspect.add_argument(flag, type=_positive_int, metavar=metavar, help=help_)
+        inspect.add_argument(flag, type=_at_least(1), metavar=metavar, help=help_)
     inspect.add_argument(
         "--unsafe-unpickle",
         action="store_true",
@@ -81,12 +87,34 @@ def build_parser() -> argparse.ArgumentParser:
     )
     plan.add_argument("config", type=Path, metavar="CONFIG", help="a .yaml or .json file")
     plan.add_argument("--png", type=Path, metavar="PATH", help="also plot the shares to PATH")
-    for command in (inspect, plan):
+
+    trace = commands.add_parser(
+        "trace",
+        help="the samples each rank trained at an optimizer step",
+        description="From the data history a checkpoint holds, name the dataset indices (and "
+        "a mixture's source and index within it) each rank trained at optimizer step N, "
+        "batch by batch. Nothing is read or replayed.",
+    )
+    trace.add_argument("checkpoint", type=Path, metavar="CHECKPOINT", help="a .ckpt file")
+    trace.add_argument(
+        "--step", type=_at_least(0), required=True, metavar="N", help="optimizer step"
+    )
+    trace.add_argument(
+        "--rank", type=_at_least(0), action="append", metavar="R", help="only rank R (repeatable)"
+    )
+    trace.add_argument("--unsafe-unpickle", action="store_true", help=argparse.SUPPRESS)
+    for command in (inspect, plan, trace):
         command.add_argument("--json", action="store_true", help="print JSON instead of text")
     return parser
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.command == "trace":
+        from lightning_resumable_data.cli.trace import format_trace, trace
+
+        traced = trace(args.checkpoint, args.step, args.rank, unsafe_unpickle=args.unsafe_unpickle)
+        print(json.dumps(traced, indent=2) if args.json else format_trace(traced))
+        return 0
     if args.command == "inspect":
         from lightning_resumable_data.cli.checkpoint import format_inspect, inspect
 

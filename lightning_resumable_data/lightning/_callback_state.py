@@ -38,19 +38,23 @@ def checked_phases(phases: Iterable[object]) -> tuple[MixturePhase, ...]:
 
 
 def callback_state(
-    phases: Sequence[MixturePhase], training_seed: int | None, source_metrics: object
+    phases: Sequence[MixturePhase],
+    training_seed: int | None,
+    source_metrics: object,
+    data_history: object = None,
 ) -> dict[str, Any]:
     """The callback's checkpoint entry.
 
     Example:
-        >>> callback_state([], 7, {})
-        {'version': 1, 'phases': [], 'training_seed': 7, 'source_metrics': {}}
+        >>> sorted(callback_state([], 7, {}))
+        ['data_history', 'phases', 'source_metrics', 'training_seed', 'version']
     """
     return {
         "version": _STATE_VERSION,
         "phases": [phase_dict(p) for p in phases],
         "training_seed": training_seed,
         "source_metrics": source_metrics,
+        "data_history": data_history,
     }
 
 

@@ -37,9 +37,13 @@ from lightning_resumable_data.lightning._training_seed import (
     seed_validation,
 )
 from lightning_resumable_data.lightning.guard import PositionGuard, Verify
+from lightning_resumable_data.lightning.history import DataHistory
 from lightning_resumable_data.lightning.mixing import OnlineMixer, Policy
-from lightning_resumable_data.lightning.progress import TrainedBatches
-from lightning_resumable_data.loader import StatefulDataLoader
+from lightning_resumable_data.lightning.progress import (
+    TrainedBatches,
+    record_batch,
+    training_loader,
+)
 from lightning_resumable_data.samplers.schedule import MixturePhase
 from lightning_resumable_data.state import ResumeWarning
 
@@ -50,13 +54,11 @@ class ResumableDataCallback(pl.Callback):
     """Keeps the data position exact through checkpoints, and runs the mixture schedule.
 
     * **Phases**: hands its :class:`~lightning_resumable_data.MixturePhase` list to the
-      :class:`ResumableDataModule`, which installs each phase in the sampler as a weight
-      change at the exact global position of its step, before any batch is read — so the
-      phase starts at that step on every rank, however far the workers prefetch.
+      :class:`ResumableDataModule`, which installs each phase in the sampler at the exact
+      global position of its step, before any read: it starts at that step on every rank.
     * **Position**: the position written into a checkpoint is Lightning's own count of the
-      batches trained (its fit loop's counters, read when the checkpoint is written), so it
-      is exact whichever hook saves it, in any order of the callbacks, and however far
-      Lightning fetches ahead.
+      batches trained (its fit loop's counters, read when the checkpoint is written): exact
+      whichever hook saves it, in any order of the callbacks, however far Lightning fetches.
     * **Resume**: at the start of a fit, checks the restored position against Lightning's
       restored counters, and brings Lightning's epoch and batch counters to the data
       position (after a ``max_time``, ``max_steps`` or ``should_stop`` stop mid-epoch, whose
@@ -66,20 +68,19 @@ class ResumableDataCallback(pl.Callback):
       :class:`~lightning_resumable_data.DataPositionError` names the step, the expected and
       the actual position.
     * **Logging**: every ``log_every_n_steps`` steps, logs the weights in force and the
-      samples drawn per source this epoch (``data/weight/<source>``,
-      ``data/drawn/<source>``) through the trainer's logger.
-    * **Epochs**: ends the data epoch where Lightning ends it (``limit_train_batches``),
-      and after a resume under another batch or world size restates Lightning's batch count
-      of the resumed epoch in the new layout (see ``docs/lightning.md``).
+      samples drawn per source this epoch (``data/weight/<source>``, ``data/drawn/<source>``).
+    * **History**: notes at every training batch its step and where its data begins (a few
+      runs per epoch: :mod:`~.history`), so ``lrd trace`` names the samples of any step.
+    * **Epochs**: ends the data epoch where Lightning does (``limit_train_batches``); after a
+      resume under another layout restates Lightning's batch count of the resumed epoch.
     * **Training randomness** (``seed_training=True``): at the start of every training
       batch of ``fit``, reseeds torch (CPU and every CUDA device; NumPy's global RNG and
       ``random`` too with ``seed_training=("torch", "numpy", "random")``) from (training
       seed, global step, data-parallel rank, micro-batch), and every validation batch of
       ``fit`` from a stream of its own: dropout is the same after a resume.
-    * **Checkpoint**: saves its phases, training seed and the online mixer's memory of the
-      per-source values a policy reads (under the stable ``state_key``
-      ``"ResumableDataCallback"``) and, on resume, refuses changed phases unless the
-      :class:`ResumableDataModule` was built with ``allow_config_change=True``.
+    * **Checkpoint**: saves its phases, training seed, data history and the online mixer's
+      memory (under the stable ``state_key`` ``"ResumableDataCallback"``) and, on resume,
+      refuses changed phases unless the DataModule has ``allow_config_change=True``.
 
     :class:`ResumableDataModule` adds one (without phases) to a trainer that has none.
 
@@ -131,7 +132,8 @@ class ResumableDataCallback(pl.Callback):
         self._datamodule: PhasedDataModule | None = None
         self._epoch_started, self._afresh = True, False  # see on_train_start
         self._trainer: pl.Trainer | None = None  # while fitting: what state_dict reads
-        self.mixer = OnlineMixer(policy, policy_every_n_steps)
+        self.history = DataHistory()  # which data each step trained (the mixer notes changes)
+        self.mixer = OnlineMixer(policy, policy_every_n_steps, self.history)
         self.guard = PositionGuard(verify)
 
     def set_weights(self, weights: object, temperature: float | None = None) -> None:
@@ -168,17 +170,11 @@ class ResumableDataCallback(pl.Callback):
             # a fit from scratch: Lightning's callback_metrics start empty, so does the memory
             # (a checkpoint's replaces it; a fit going on on the same trainer keeps it)
             self.mixer.load_state_dict(None)
+            self.history.load()
         if self.seed_training and stage == "fit":
             self._rank, self._seed = fit_seed(trainer, self.training_seed, datamodule)
 
-    @staticmethod
-    def train_loader(trainer: pl.Trainer) -> StatefulDataLoader | None:
-        """The training loader of this package, if the trainer uses one."""
-        loader = getattr(trainer.fit_loop, "_combined_loader", None)
-        for candidate in getattr(loader, "flattened", []):
-            if isinstance(candidate, StatefulDataLoader):
-                return candidate
-        return None
+    train_loader = staticmethod(training_loader)  # the trainer's loader of this package
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -216,8 +212,10 @@ class ResumableDataCallback(pl.Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
         loader = self.train_loader(trainer)
-        if loader is not None and self.guard.mode != "off":
-            check_batch(self.guard, trainer, loader, batch_idx)
+        if loader is not None:
+            record_batch(self.history, trainer, loader)
+            if self.guard.mode != "off":
+                check_batch(self.guard, trainer, loader, batch_idx)
         if not self._epoch_started:  # resumed mid-epoch: Lightning skipped the epoch start
             self._epoch_started = True
             bar = trainer.progress_bar_callback
@@ -289,7 +287,8 @@ class ResumableDataCallback(pl.Callback):
         if trainer is not None and not getattr(trainer, "sanity_checking", False):
             # what was logged since the last batch end (an epoch's end, a validation)
             self.mixer.remember(trainer)
-        return callback_state(self.phases, self._seed, self.mixer.state_dict())
+        memory, history = self.mixer.state_dict(), self.history.state_dict()
+        return callback_state(self.phases, self._seed, memory, history)
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -297,4 +296,5 @@ class ResumableDataCallback(pl.Callback):
         check_saved_state(state_dict, self.phases, allowed)
         # both added later: may be absent (no memory: the policy sees what is logged anew)
         self.mixer.load_state_dict(state_dict.get("source_metrics"))
+        self.history.load_state(state_dict.get("data_history"))
         self._seed = restored_seed(self._seed, self.training_seed, state_dict.get("training_seed"))

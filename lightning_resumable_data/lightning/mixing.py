@@ -37,6 +37,7 @@ from lightning_resumable_data.lightning._policy import (
     plain_decision,
     softmax_weights,
 )
+from lightning_resumable_data.lightning.history import DataHistory
 from lightning_resumable_data.loader import StatefulDataLoader
 from lightning_resumable_data.samplers.mixture import MixtureSampler
 
@@ -94,7 +95,9 @@ class OnlineMixer:
         True
     """
 
-    def __init__(self, policy: Policy | None, every_n_steps: int | None) -> None:
+    def __init__(
+        self, policy: Policy | None, every_n_steps: int | None, history: DataHistory | None = None
+    ) -> None:
         if policy is not None and not callable(policy):
             raise TypeError(
                 f"policy={policy!r} must be a callable (trainer, module, stats) -> weights or None."
@@ -105,7 +108,7 @@ class OnlineMixer:
             or every_n_steps < 1
         ):
             raise ValueError(f"policy_every_n_steps={every_n_steps!r} must be an int >= 1.")
-        self.policy = policy
+        self.policy, self.history = policy, history  # the history notes each change
         self.every_n_steps = every_n_steps or (1 if policy is not None else None)
         self.loader: StatefulDataLoader | None = None  # the training loader while fitting
         self.changes: list[dict[str, Any]] = []  # the changes this process applied
@@ -248,11 +251,11 @@ class OnlineMixer:
         )
         if temperature is None:
             temperature = sampler.schedule[-1]["temperature"]
-        sampler._entry(
-            0, 0, weights, temperature
-        )  # the same error on every rank, before any change
+        entry = sampler._entry(0, 0, weights, temperature)  # the same error on every rank
         epoch, position, delay = self._place(trainer)
         sampler.update_weights(weights, temperature, epoch=epoch, position=position, kind="online")
+        if self.history is not None:
+            self.history.note_change(epoch, position, entry["weights"], entry["temperature"])
         probs = sampler.weights_at(epoch, position)
         step = int(trainer.global_step)
         self.changes.append(

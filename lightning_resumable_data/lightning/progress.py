@@ -34,15 +34,21 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from lightning.pytorch.loops.fit_loop import RestartStage as FitStage
 from lightning.pytorch.loops.training_epoch_loop import RestartStage as EpochStage
 
+from lightning_resumable_data.loader import StatefulDataLoader
+
 if TYPE_CHECKING:
     import lightning.pytorch as pl
+
+    from lightning_resumable_data.lightning.history import DataHistory
 
 __all__ = [
     "TrainedBatches",
     "TrainedPosition",
     "align_progress",
+    "record_batch",
     "resume_mismatch",
     "trained_position",
+    "training_loader",
 ]
 
 _COUNTS = ("ready", "started", "processed", "completed")
@@ -233,3 +239,32 @@ def _restart_mid_epoch(trainer: pl.Trainer, epoch: int, batch: int) -> None:
     fit._restart_stage = FitStage.RESTARTED_MID_EPOCH
     loop._restart_stage = EpochStage.RESTARTED_ON_LAST
     loop._restarting = True  # the epoch loop keeps these counts instead of zeroing them
+
+
+def training_loader(trainer: pl.Trainer) -> StatefulDataLoader | None:
+    """The trainer's training loader of this package, if it uses one."""
+    loader = getattr(trainer.fit_loop, "_combined_loader", None)
+    for candidate in getattr(loader, "flattened", []):
+        if isinstance(candidate, StatefulDataLoader):
+            return candidate
+    return None
+
+
+def record_batch(history: DataHistory, trainer: pl.Trainer, loader: StatefulDataLoader) -> None:
+    """Note in ``history`` the batch ``trainer`` is about to train: its step and position.
+
+    Only a loader that keeps a global position (its sampler is this package's) has one.
+    """
+    sampler = loader.position_sampler
+    if sampler is None or loader.resume_mode != "position" or loader.batch_size is None:
+        return
+    epoch, consumed, _ = loader.trained_position()
+    history.observe(
+        int(trainer.global_step),
+        epoch,
+        consumed,
+        world=int(getattr(sampler, "num_replicas", 1)),
+        batch_size=int(loader.batch_size),
+        accumulate=int(trainer.accumulate_grad_batches),
+        limit=loader.epoch_limit,
+    )

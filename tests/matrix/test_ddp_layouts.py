@@ -16,7 +16,8 @@ import torch
 from faults.runner import ForkServer
 from torchrun import torchrun
 
-from matrix.harness import SCRIPT, SETTINGS, Runs, documented_stream, ledger
+from lightning_resumable_data.cli.trace import trace
+from matrix.harness import SCRIPT, SETTINGS, Ledger, Runs, documented_stream, ledger
 
 pytestmark = pytest.mark.distributed
 
@@ -51,7 +52,10 @@ def test_resumed_on_another_number_of_processes(
     args = [*SETTINGS[setting], "--devices", str(devices), "--batch-size", str(batch)]
     args += ["--ckpt", str(checkpoint)]
     name = f"{setting}-{stop}-{saved}to{devices}-batch{batch}".replace(" ", "_")
-    before, after = ledger(writer).cut(step), ledger(runs.run(runs.root / name, args))
+    out = runs.run(runs.root / name, args)
+    before, after = ledger(writer).cut(step), ledger(out)
+    for part in (before, after):  # lrd trace names what every rank trained at every step
+        _assert_traced(part, max((out / "ckpt").glob("step=*.ckpt"), key=_step_of))
     uninterrupted = ledger(writer)
     assert uninterrupted.stream() == documented_stream(32 if "limit" in setting else 64)
     assert before.stream() + after.stream() == uninterrupted.stream()
@@ -61,6 +65,21 @@ def test_resumed_on_another_number_of_processes(
             return [[(x["step"], x["batch"], x["ids"]) for x in rank] for rank in ranks]
 
         assert batches((before + after).ranks) == batches(uninterrupted.ranks)
+
+
+def _step_of(checkpoint: Path) -> int:
+    return int(checkpoint.stem.split("=")[1].split("-")[0])
+
+
+def _assert_traced(part: Ledger, checkpoint: Path) -> None:
+    """Every step's batches of every rank in ``part`` are what ``lrd trace`` names."""
+    for rank, lines in enumerate(part.ranks):
+        steps: dict[int, list[list[int]]] = {}
+        for line in lines:
+            steps.setdefault(int(line["step"]), []).append(list(map(int, line["ids"])))
+        for step, batches in steps.items():
+            traced = trace(checkpoint, step, [rank])["batches"]
+            assert [b["ranks"][0]["indices"] for b in traced] == batches, (rank, step)
 
 
 def test_torchrun_two_processes_resumed_on_one(tmp_path: Path) -> None:

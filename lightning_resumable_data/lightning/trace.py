@@ -1,0 +1,130 @@
+"""Which samples an optimizer step trained, on every rank: the history and the order, no replay.
+
+The callback's :class:`~lightning_resumable_data.lightning.history.DataHistory` says where
+each batch of a step began (epoch, global position, layout); the sampler's order is a pure
+function of its configuration and the epoch; rank ``r`` of ``W`` reads positions
+``consumed + r + W * j`` of the epoch's padded order (:mod:`~lightning_resumable_data.index.
+partition`). So a step's samples cost one lookup of the order at ``world x batch_size``
+positions per batch: O(1) in the step number, nothing read, nothing replayed.
+
+Example:
+    >>> from lightning_resumable_data import DistributedSampler
+    >>> from lightning_resumable_data.lightning.history import DataHistory
+    >>> history = DataHistory([[0, 0, 0, 2, 2, 1, 3, 0]])  # steps 0-2: 2 ranks x 2 samples
+    >>> sampler = DistributedSampler(range(10), num_replicas=2, rank=0, shuffle=False)
+    >>> [(r.rank, r.indices.tolist()) for r in trace_step(sampler, history, 1)[0].ranks]
+    [(0, [4, 6]), (1, [5, 7])]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from lightning_resumable_data.index.partition import samples_per_rank
+from lightning_resumable_data.lightning.history import DataHistory, StepBatch
+from lightning_resumable_data.samplers.distributed import DistributedSampler
+from lightning_resumable_data.samplers.mixture import MixtureSampler
+
+__all__ = ["RankSamples", "TracedBatch", "replay_changes", "trace_step"]
+
+
+@dataclass(frozen=True)
+class RankSamples:
+    """What one rank trained in one batch.
+
+    Attributes:
+        rank: The data-parallel rank.
+        positions: Positions in the epoch's (padded) global order.
+        indices: Dataset indices (a mixture's: global, over its sources in order).
+        sources: For a mixture, each sample's source; else ``None``.
+        local: For a mixture, each sample's index within its source; else ``None``.
+    """
+
+    rank: int
+    positions: NDArray[np.int64]
+    indices: NDArray[np.int64]
+    sources: tuple[str, ...] | None = None
+    local: NDArray[np.int64] | None = None
+
+
+@dataclass(frozen=True)
+class TracedBatch:
+    """One batch of a step: where it began, its layout and each rank's samples."""
+
+    batch: StepBatch
+    ranks: tuple[RankSamples, ...]
+
+
+def trace_step(
+    sampler: DistributedSampler,
+    history: DataHistory,
+    step: int,
+    ranks: Sequence[int] | None = None,
+) -> list[TracedBatch]:
+    """The samples of optimizer ``step``, batch by batch, on ``ranks`` (default: all).
+
+    Args:
+        sampler: A sampler with the run's configuration (its rank and world size do not
+            matter; a mixture's must hold the run's schedule of weight changes).
+        history: The run's record of batches.
+        step: The optimizer step (``trainer.global_step`` while it trained).
+        ranks: The ranks to report.
+
+    Raises:
+        ValueError: ``step`` is not in the record (before the record began, or after the
+            checkpoint it came from), or a rank outside the step's world.
+    """
+    batches = history.step_batches(step)
+    if not batches:
+        covered = "nothing" if history.last_step is None else f"steps up to {history.last_step}"
+        raise ValueError(
+            f"step {step} is not in this checkpoint's data history, which covers {covered}; "
+            "trace a step the run had trained when the checkpoint was written (a later "
+            "checkpoint covers later steps)."
+        )
+    traced = []
+    for batch in batches:
+        wanted = range(batch.world) if ranks is None else ranks
+        bad = [r for r in wanted if not 0 <= r < batch.world]
+        if bad:
+            raise ValueError(f"ranks {bad} are outside the world of step {step} ({batch.world}).")
+        traced.append(TracedBatch(batch, tuple(_rank(sampler, batch, r) for r in wanted)))
+    return traced
+
+
+def replay_changes(sampler: DistributedSampler, history: DataHistory) -> None:
+    """Give a fresh mixture sampler the run's online weight changes, from the history.
+
+    A checkpoint's schedule keeps the online changes of its own epoch only; the history
+    keeps all of them, so earlier epochs' orders can be rebuilt. Online changes only cut
+    the plan, so adding them in any order gives the run's order.
+    """
+    if not isinstance(sampler, MixtureSampler):
+        return
+    for epoch, position, temperature, *weights in history.changes:
+        where = {"epoch": int(epoch), "position": int(position)}
+        sampler.update_weights(weights, temperature, **where, kind="online")
+
+
+def _rank(sampler: DistributedSampler, batch: StepBatch, rank: int) -> RankSamples:
+    """Rank ``rank``'s samples of ``batch``."""
+    length, start, world = sampler.epoch_length, batch.consumed, batch.world
+    # every rank reads the same count: the epoch's ragged tail is padded (or dropped) ...
+    left = samples_per_rank(length - start, world, sampler.drop_last)
+    if batch.limit is not None and batch.limit < start + left * world:
+        left = max(0, -(-(batch.limit - start - rank) // world))  # ... or the trainer's limit
+    count = min(batch.batch_size, left)
+    positions = batch.consumed + rank + batch.world * np.arange(count, dtype=np.int64)
+    order = sampler._order(batch.epoch)
+    indices = np.asarray(order(positions % max(length, 1)), dtype=np.int64)
+    if isinstance(sampler, MixtureSampler):
+        dataset = sampler.mixture
+        starts = np.cumsum([0, *dataset.sizes], dtype=np.int64)
+        source = np.searchsorted(starts, indices, side="right") - 1
+        sources = tuple(dataset.names[s] for s in source.tolist())
+        return RankSamples(rank, positions, indices, sources, indices - starts[source])
+    return RankSamples(rank, positions, indices)

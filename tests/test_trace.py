@@ -1,0 +1,245 @@
+"""``lrd trace`` names what every optimizer step trained: equal to a real run's ledger.
+
+Each test trains a real ``Trainer`` with the documented defaults (a ``ResumableDataModule``,
+no explicit callback unless phases or online mixing need one), records every micro-batch
+the model trained with its ``global_step``, stops, resumes under another batch size, and
+then traces every step of the run from the last checkpoint: per step, the samples must be
+the ledger's, batch by batch. A sample's value is its identity (``range`` data; in a
+mixture, source ``b``'s samples are ``1000 +`` its index).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lightning_resumable_data import MixturePhase, ResumableDataCallback, ResumableDataModule
+from lightning_resumable_data.cli import main
+from lightning_resumable_data.cli.trace import trace
+from lightning_resumable_data.lightning.history import DataHistory, StepBatch
+
+Ledger = dict[int, list[list[int]]]
+
+
+class Recorder(pl.LightningModule):
+    """Trains nothing; notes each micro-batch under the step it belongs to."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(1, 1)
+        self.ledger: Ledger = defaultdict(list)
+
+    def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
+        self.ledger[self.trainer.global_step].append(batch.tolist())
+        loss: torch.Tensor = self.layer(batch.float().view(-1, 1)).sum() * 0.0
+        return loss
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.0)
+
+
+def _trainer(root: Path, callbacks: list[pl.Callback], **kwargs: Any) -> pl.Trainer:
+    return pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        default_root_dir=root,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=callbacks,
+        **kwargs,
+    )
+
+
+def _run(
+    tmp_path: Path,
+    make_module: Any,
+    make_callbacks: Any,
+    first: dict[str, Any],
+    second: dict[str, Any],
+) -> tuple[Ledger, Path]:
+    """Train with ``first`` settings, checkpoint, resume with ``second``; the ledger."""
+    ledger: Ledger = defaultdict(list)
+    stopped = tmp_path / "stopped.ckpt"
+    model = Recorder()
+    trainer = _trainer(tmp_path, make_callbacks(), **first["trainer"])
+    trainer.fit(model, datamodule=make_module(first["batch_size"]))
+    trainer.save_checkpoint(stopped)
+    for step, batches in model.ledger.items():
+        ledger[step] += batches
+    model = Recorder()
+    trainer = _trainer(tmp_path, make_callbacks(), **second["trainer"])
+    trainer.fit(model, datamodule=make_module(second["batch_size"]), ckpt_path=stopped)
+    last = tmp_path / "last.ckpt"
+    trainer.save_checkpoint(last)
+    for step, batches in model.ledger.items():
+        ledger[step] += batches
+    return ledger, last
+
+
+def _traced(checkpoint: Path, step: int) -> list[list[int]]:
+    report = trace(checkpoint, step)
+    out = []
+    for batch in report["batches"]:
+        (rank,) = batch["ranks"]
+        if "sources" in rank:
+            out.append(
+                [
+                    index + (1000 if source == "b" else 0)
+                    for source, index in zip(rank["sources"], rank["source_indices"], strict=True)
+                ]
+            )
+        else:
+            out.append(rank["indices"])
+    return out
+
+
+def test_every_step_of_a_run_resumed_under_another_batch_size(tmp_path: Path) -> None:
+    """Single dataset, accumulating 2, stopped mid-epoch, resumed with batch 3: 3 epochs."""
+
+    def module(batch_size: int) -> ResumableDataModule:
+        return ResumableDataModule(range(50), batch_size=batch_size)
+
+    ledger, last = _run(
+        tmp_path,
+        module,
+        list,
+        {"batch_size": 4, "trainer": {"max_steps": 7, "accumulate_grad_batches": 2}},
+        {"batch_size": 3, "trainer": {"max_epochs": 3, "accumulate_grad_batches": 2}},
+    )
+    assert sum(len(b) for batches in ledger.values() for b in batches) == 150
+    for step, batches in sorted(ledger.items()):
+        assert _traced(last, step) == batches, f"step {step}"
+    saved = torch.load(last, weights_only=False)["callbacks"]["ResumableDataCallback"]
+    runs = DataHistory.from_state(saved["data_history"]).runs
+    assert len(runs) <= 2 * 3 + 1, runs  # a run per epoch and layout, not one per step
+    assert all(run[5] == 2 for run in runs)  # accumulating 2
+
+
+def test_every_step_of_a_mixture_with_a_phase_and_online_changes(tmp_path: Path) -> None:
+    """Two sources, a phase at step 4, online changes in epoch 0 and 2, a resume between."""
+
+    class Online(pl.Callback):
+        def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
+            found = [c for c in trainer.callbacks if isinstance(c, ResumableDataCallback)]  # type: ignore[attr-defined]
+            callback = found[0]
+            if trainer.global_step in (2, 31):
+                callback.set_weights({"a": 1.0, "b": float(trainer.global_step)})
+
+    def module(batch_size: int) -> ResumableDataModule:
+        sources: dict[str, Any] = {"a": range(30), "b": range(1000, 1020)}
+        return ResumableDataModule(sources, batch_size=batch_size)
+
+    def callbacks() -> list[pl.Callback]:
+        phase = MixturePhase(start_step=4, weights={"a": 1.0, "b": 3.0})
+        return [ResumableDataCallback(phases=[phase]), Online()]
+
+    ledger, last = _run(
+        tmp_path,
+        module,
+        callbacks,
+        {"batch_size": 4, "trainer": {"max_steps": 9}},
+        {"batch_size": 5, "trainer": {"max_epochs": 4}},
+    )
+    history = torch.load(last, weights_only=False)["callbacks"]["ResumableDataCallback"]
+    assert len(DataHistory.from_state(history["data_history"]).changes) == 2
+    for step, batches in sorted(ledger.items()):
+        assert _traced(last, step) == batches, f"step {step}"
+
+
+def test_lrd_trace_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def module(batch_size: int) -> ResumableDataModule:
+        return ResumableDataModule(range(20), batch_size=batch_size)
+
+    ledger, last = _run(
+        tmp_path,
+        module,
+        list,
+        {"batch_size": 4, "trainer": {"max_steps": 3}},
+        {"batch_size": 4, "trainer": {"max_steps": 6}},
+    )
+    assert main(["trace", str(last), "--step", "4", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [b["ranks"][0]["indices"] for b in report["batches"]] == ledger[4]
+    assert main(["trace", str(last), "--step", "4"]) == 0
+    text = capsys.readouterr().out
+    assert "rank 0: indices " + " ".join(map(str, ledger[4][0])) in text
+    assert main(["trace", str(last), "--step", "6"]) == 2  # not trained yet
+    assert "covers steps up to 5" in capsys.readouterr().err
+
+
+@st.composite
+def _batches(draw: st.DrawFn) -> list[tuple[int, int, int, int, int, int, int | None]]:
+    """What a run's batches report: epochs, accumulation, short steps, layout changes."""
+    out: list[tuple[int, int, int, int, int, int, int | None]] = []
+    step = 0
+    for epoch in range(draw(st.integers(1, 3))):
+        consumed = 0
+        world, batch = draw(st.integers(1, 3)), draw(st.integers(1, 4))
+        accumulate, limit = draw(st.integers(1, 3)), draw(st.sampled_from([None, 40]))
+        batches = draw(st.integers(1, 9))
+        for m in range(batches):
+            if m and draw(st.integers(0, 7)) == 0:  # a resume under another layout
+                world, batch = draw(st.integers(1, 3)), draw(st.integers(1, 4))
+                if m % accumulate:
+                    step += 1  # resumes happen at step boundaries
+                accumulate = draw(st.integers(1, 3))
+                out.append((step, epoch, consumed, world, batch, accumulate, limit))
+                consumed += world * batch
+                continue
+            out.append((step, epoch, consumed, world, batch, accumulate, limit))
+            consumed += world * batch
+            if (m + 1) % accumulate == 0 or m == batches - 1:
+                step += 1
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(_batches())
+def test_history_gives_back_every_step_s_batches(
+    batches: list[tuple[int, int, int, int, int, int, int | None]],
+) -> None:
+    """Whatever the pattern, each step's batches are the ones observed with that step."""
+    history = DataHistory()
+    for step, epoch, consumed, world, batch, accumulate, limit in batches:
+        history.observe(
+            step, epoch, consumed, world=world, batch_size=batch, accumulate=accumulate, limit=limit
+        )
+    restored = DataHistory.from_state(json.loads(json.dumps(history.state_dict())))
+    for step in {b[0] for b in batches} | {batches[-1][0] + 1}:
+        expected = [StepBatch(e, c, w, b, lim) for s, e, c, w, b, _, lim in batches if s == step]
+        assert restored.step_batches(step) == expected
+    assert len(history.runs) <= len(batches)
+
+
+def test_history_starts_a_run_where_the_epoch_limit_changes() -> None:
+    """A resume that changes only ``limit_train_batches`` changes where the epoch ends."""
+    history = DataHistory()
+    history.observe(0, 0, 0, world=1, batch_size=2, accumulate=1, limit=None)
+    history.observe(1, 0, 2, world=1, batch_size=2, accumulate=1, limit=8)
+    assert [run[-1] for run in history.runs] == [0, 8]
+    assert history.step_batches(1) == [StepBatch(0, 2, 1, 2, 8)]
+
+
+def test_history_forgets_steps_a_restarted_fit_trains_again() -> None:
+    history = DataHistory()
+    for step in range(6):
+        history.observe(step, 0, 2 * step, world=1, batch_size=2, accumulate=1)
+    history.observe(3, 0, 6, world=1, batch_size=2, accumulate=1)  # a fit from step 3 again
+    assert history.last_step == 3
+    assert history.step_batches(3) == [StepBatch(0, 6, 1, 2)]
+
+
+@pytest.mark.parametrize("state", [{"runs": []}, {"fields": [], "runs": []}, [1], "x"])
+def test_a_malformed_history_is_refused(state: object) -> None:
+    with pytest.raises(ValueError, match="data history of this checkpoint is malformed"):
+        DataHistory.from_state(state)
