@@ -287,7 +287,10 @@ def test_callback_state_is_the_documented_entry() -> None:
         "phases": [],
         "training_seed": 7,
         "source_metrics": {},
+        "data_history": None,
     }
+    history: dict[str, list[str]] = {"fields": [], "runs": []}
+    assert callback_state([], 7, {}, history)["data_history"] is history
 
 
 def test_saved_state_without_a_version_is_read_as_version_1_and_another_is_refused() -> None:

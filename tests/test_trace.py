@@ -21,10 +21,16 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lightning_resumable_data import MixturePhase, ResumableDataCallback, ResumableDataModule
+from lightning_resumable_data import (
+    DistributedSampler,
+    MixturePhase,
+    ResumableDataCallback,
+    ResumableDataModule,
+)
 from lightning_resumable_data.cli import main
 from lightning_resumable_data.cli.trace import trace
 from lightning_resumable_data.lightning.history import DataHistory, StepBatch
+from lightning_resumable_data.lightning.trace import trace_step
 
 Ledger = dict[int, list[list[int]]]
 
@@ -174,7 +180,7 @@ def test_lrd_trace_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     text = capsys.readouterr().out
     assert "rank 0: indices " + " ".join(map(str, ledger[4][0])) in text
     assert main(["trace", str(last), "--step", "6"]) == 2  # not trained yet
-    assert "covers steps up to 5" in capsys.readouterr().err
+    assert "covers steps 0 to 5" in capsys.readouterr().err
 
 
 @st.composite
@@ -243,3 +249,35 @@ def test_history_forgets_steps_a_restarted_fit_trains_again() -> None:
 def test_a_malformed_history_is_refused(state: object) -> None:
     with pytest.raises(ValueError, match="data history of this checkpoint is malformed"):
         DataHistory.from_state(state)
+
+
+def test_a_loader_rebuilt_every_epoch(tmp_path: Path) -> None:
+    """``reload_dataloaders_every_n_epochs=1``: the batches of later epochs too (a user's find)."""
+
+    def module(batch_size: int) -> ResumableDataModule:
+        return ResumableDataModule(range(40), batch_size=batch_size, seed=5)
+
+    ledger, last = _run(
+        tmp_path,
+        module,
+        list,
+        {"batch_size": 4, "trainer": {"max_steps": 3, "reload_dataloaders_every_n_epochs": 1}},
+        {"batch_size": 4, "trainer": {"max_epochs": 3, "reload_dataloaders_every_n_epochs": 1}},
+    )
+    assert len(ledger) == 30
+    for step, batches in sorted(ledger.items()):
+        assert _traced(last, step) == batches, f"step {step}"
+
+
+def test_a_step_begun_but_not_finished_is_refused(tmp_path: Path) -> None:
+    """A checkpoint written between the micro-batches of a step (a user's find)."""
+    callback = ResumableDataCallback()
+    trainer = _trainer(tmp_path, [callback], max_steps=4, accumulate_grad_batches=2)
+    trainer.fit(Recorder(), datamodule=ResumableDataModule(range(40), batch_size=4))
+    mid = DataHistory.from_state(callback.history.state_dict(steps_done=3))  # step 3 begun
+    sampler = DistributedSampler(range(40), num_replicas=1, rank=0)  # the DataModule's
+    assert [len(b.ranks[0].indices) for b in trace_step(sampler, mid, 2)] == [4, 4]
+    with pytest.raises(ValueError, match=r"step 3 had not finished .* holds 2 of its batches"):
+        trace_step(sampler, mid, 3)
+    with pytest.raises(ValueError, match="covers steps 0 to 2"):
+        trace_step(sampler, mid, 4)

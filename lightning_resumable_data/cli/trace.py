@@ -111,9 +111,12 @@ def format_trace(report: dict[str, Any]) -> str:
     ]
     for number, batch in enumerate(batches, 1):
         ranks = "rank" if batch["world_size"] == 1 else "ranks"
+        most = max((len(rank["indices"]) for rank in batch["ranks"]), default=0)
+        short = " (the epoch's last, short batch)" if most < batch["batch_size"] else ""
         lines.append(
             f"batch {number}: epoch {batch['epoch']}, from global sample {batch['consumed']}, "
-            f"{batch['world_size']} {ranks} x {batch['batch_size']} samples"
+            f"{batch['world_size']} {ranks} x {most if short else batch['batch_size']} "
+            f"samples{short}"
         )
         for rank in batch["ranks"]:
             if "sources" in rank:

@@ -14,6 +14,7 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.pytorch.trainer.states import TrainerFn
 
+from lightning_resumable_data._progress import BatchPosition
 from lightning_resumable_data.lightning.checkpoint_counters import (
     data_position,
     match_epoch_counters,
@@ -117,10 +118,16 @@ def start_position(
 
 
 def check_batch(
-    guard: PositionGuard, trainer: pl.Trainer, loader: StatefulDataLoader, batch_idx: int
+    guard: PositionGuard,
+    trainer: pl.Trainer,
+    loader: StatefulDataLoader,
+    batch_idx: int,
+    handed: BatchPosition | None,
 ) -> None:
-    """Check that batch ``batch_idx``, about to be trained, begins where the counters say."""
-    handed = loader.take_handed()
+    """Check that batch ``batch_idx``, about to be trained, begins where the counters say.
+
+    ``handed``: where the loader's batch begins (its ``take_handed``), ``None`` if unknown.
+    """
     epoch, step_samples = trainer.current_epoch, loader.samples_per_step
     if handed is not None and not guard.matches(
         handed, epoch, batch_idx, step_samples

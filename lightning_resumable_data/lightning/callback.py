@@ -213,9 +213,9 @@ class ResumableDataCallback(pl.Callback):
     ) -> None:
         loader = self.train_loader(trainer)
         if loader is not None:
-            record_batch(self.history, trainer, loader)
+            handed = record_batch(self.history, trainer, loader)  # where this batch begins
             if self.guard.mode != "off":
-                check_batch(self.guard, trainer, loader, batch_idx)
+                check_batch(self.guard, trainer, loader, batch_idx, handed)
         if not self._epoch_started:  # resumed mid-epoch: Lightning skipped the epoch start
             self._epoch_started = True
             bar = trainer.progress_bar_callback
@@ -287,8 +287,8 @@ class ResumableDataCallback(pl.Callback):
         if trainer is not None and not getattr(trainer, "sanity_checking", False):
             # what was logged since the last batch end (an epoch's end, a validation)
             self.mixer.remember(trainer)
-        memory, history = self.mixer.state_dict(), self.history.state_dict()
-        return callback_state(self.phases, self._seed, memory, history)
+        history = self.history.state_dict(getattr(trainer, "global_step", None))
+        return callback_state(self.phases, self._seed, self.mixer.state_dict(), history)
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

@@ -72,12 +72,14 @@ class DataHistory:
     ) -> None:
         self.runs: list[list[int]] = []
         self.changes: list[list[float]] = []  # online weight changes: epoch, position, t, w...
+        self.steps_done: int | None = None  # optimizer steps finished when it was saved
         self.load(runs, changes)
 
     def load(
         self, runs: Sequence[Sequence[int]] = (), changes: Sequence[Sequence[float]] = ()
     ) -> None:
         """Replace the record in place (the online mixer holds this object)."""
+        self.steps_done = None
         self.runs = [[int(v) for v in run] for run in runs]
         self.changes = [[float(v) for v in change] for change in changes]
 
@@ -133,6 +135,11 @@ class DataHistory:
         self.runs = kept
 
     @property
+    def first_step(self) -> int | None:
+        """The first step the record covers (a resume of an older checkpoint starts it late)."""
+        return self.runs[0][_STEP] if self.runs else None
+
+    @property
     def last_step(self) -> int | None:
         """The last step the record covers, or ``None`` if it is empty."""
         if not self.runs:
@@ -152,12 +159,18 @@ class DataHistory:
                 found.append(StepBatch(run[_EPOCH], consumed, run[_WORLD], run[_BATCH], limit))
         return found
 
-    def state_dict(self) -> dict[str, Any]:
-        """The record, as plain lists (saved in the callback's checkpoint entry)."""
+    def state_dict(self, steps_done: int | None = None) -> dict[str, Any]:
+        """The record, as plain lists (saved in the callback's checkpoint entry).
+
+        ``steps_done``: the trainer's ``global_step`` when it is saved. A checkpoint written
+        between the batches of an accumulated step has that step's first batches recorded
+        but not the step finished; a trace refuses it.
+        """
         return {
             "fields": list(_FIELDS),
             "runs": [list(run) for run in self.runs],
             "changes": [list(change) for change in self.changes],
+            "steps_done": steps_done,
         }
 
     @classmethod
@@ -189,3 +202,5 @@ class DataHistory:
                 f"{list(_FIELDS)}, 'runs': [[...], ...]}}, got {state!r:.200}."
             )
         self.load(state["runs"], state.get("changes") or ())
+        done = state.get("steps_done")
+        self.steps_done = int(done) if isinstance(done, int) else None

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from lightning.pytorch.loops.fit_loop import RestartStage as FitStage
 from lightning.pytorch.loops.training_epoch_loop import RestartStage as EpochStage
 
+from lightning_resumable_data._progress import BatchPosition
 from lightning_resumable_data.loader import StatefulDataLoader
 
 if TYPE_CHECKING:
@@ -250,21 +251,26 @@ def training_loader(trainer: pl.Trainer) -> StatefulDataLoader | None:
     return None
 
 
-def record_batch(history: DataHistory, trainer: pl.Trainer, loader: StatefulDataLoader) -> None:
-    """Note in ``history`` the batch ``trainer`` is about to train: its step and position.
+def record_batch(
+    history: DataHistory, trainer: pl.Trainer, loader: StatefulDataLoader
+) -> BatchPosition | None:
+    """Note in ``history`` the batch ``trainer`` is about to train; return where it begins.
 
-    Only a loader that keeps a global position (its sampler is this package's) has one.
+    The position is the one the loader handed out with that batch (``take_handed``: exact
+    however far Lightning fetches ahead, and for a loader rebuilt every epoch); ``None``
+    for a loader without a position sampler, which is not recorded.
     """
+    handed = loader.take_handed()
     sampler = loader.position_sampler
-    if sampler is None or loader.resume_mode != "position" or loader.batch_size is None:
-        return
-    epoch, consumed, _ = loader.trained_position()
+    if handed is None or sampler is None or loader.batch_size is None:
+        return handed
     history.observe(
         int(trainer.global_step),
-        epoch,
-        consumed,
+        handed.epoch,
+        handed.consumed,
         world=int(getattr(sampler, "num_replicas", 1)),
         batch_size=int(loader.batch_size),
         accumulate=int(trainer.accumulate_grad_batches),
         limit=loader.epoch_limit,
     )
+    return handed

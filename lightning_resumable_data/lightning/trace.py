@@ -79,8 +79,22 @@ def trace_step(
             checkpoint it came from), or a rank outside the step's world.
     """
     batches = history.step_batches(step)
+    if batches and history.steps_done is not None and step >= history.steps_done:
+        raise ValueError(
+            f"step {step} had not finished when this checkpoint was written: it holds "
+            f"{len(batches)} of its batches (a checkpoint written between the batches of an "
+            "accumulated step, as ModelCheckpoint can be under accumulate_grad_batches); "
+            "trace it from a later checkpoint."
+        )
     if not batches:
-        covered = "nothing" if history.last_step is None else f"steps up to {history.last_step}"
+        first, last = history.first_step, history.last_step
+        if last is not None and history.steps_done is not None:
+            last = min(last, history.steps_done - 1)  # a step begun, not finished, is not in
+        covered = (
+            "nothing"
+            if last is None or first is None or last < first
+            else (f"steps {first} to {last}")
+        )
         raise ValueError(
             f"step {step} is not in this checkpoint's data history, which covers {covered}; "
             "trace a step the run had trained when the checkpoint was written (a later "
