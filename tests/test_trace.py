@@ -181,6 +181,18 @@ def test_lrd_trace_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert "rank 0: indices " + " ".join(map(str, ledger[4][0])) in text
     assert main(["trace", str(last), "--step", "6"]) == 2  # not trained yet
     assert "covers steps 0 to 5" in capsys.readouterr().err
+    assert main(["inspect", str(last), "--json"]) == 0  # lrd inspect says what is recorded
+    history = json.loads(capsys.readouterr().out)["history"]
+    assert history == {"first_step": 0, "last_step": 5, "runs": 2, "online_changes": 0}  # 2 epochs
+    assert main(["inspect", str(last)]) == 0
+    assert "history      steps 0 to 5 recorded (2 runs): lrd trace" in capsys.readouterr().out
+    older = torch.load(last, weights_only=False)
+    del older["callbacks"]["ResumableDataCallback"]["data_history"]  # a release before 0.4
+    torch.save(older, tmp_path / "older.ckpt")
+    assert main(["inspect", str(tmp_path / "older.ckpt")]) == 0
+    assert "history      none: written without a ResumableDataCallback" in capsys.readouterr().out
+    assert main(["trace", str(tmp_path / "older.ckpt"), "--step", "1"]) == 2
+    assert "holds no data history" in capsys.readouterr().err
 
 
 @st.composite

@@ -40,6 +40,7 @@ def format_inspect(report: Mapping[str, Any]) -> str:
         f"saved with   world size {world} x batch size {batch} = {count(world * batch)} samples "
         "per step"
     )
+    lines += _para("history", _history_text(report))
     sampler = report["sampler"]
     if sampler["kind"]:
         lines += _para("sampler", f"{sampler['kind']}: {_fingerprint_text(sampler['fingerprint'])}")
@@ -52,6 +53,26 @@ def format_inspect(report: Mapping[str, Any]) -> str:
     for warning in report["warnings"]:
         lines += _para("warning", warning)
     return "\n".join(lines)
+
+
+def _history_text(report: Mapping[str, Any]) -> str:
+    """What ``lrd trace`` can name from this checkpoint."""
+    history = report.get("history")
+    if history is None:
+        return (
+            "none: written without a ResumableDataCallback or by a release before 0.4, so lrd "
+            "trace cannot name the samples of its steps"
+        )
+    first, last = history["first_step"], history["last_step"]
+    if first is None or last is None or last < first:
+        return "no finished step recorded yet"
+    changes = history["online_changes"]
+    online = f", {_plural(changes, 'online weight change', 'online weight changes')}"
+    return (
+        f"steps {first} to {last} recorded ({_plural(history['runs'], 'run', 'runs')}"
+        f"{online if changes else ''}): lrd trace {report['checkpoint']} --step N names "
+        "each step's samples"
+    )
 
 
 def _format_mixture(mixture: Mapping[str, Any], epoch: int) -> list[str]:

@@ -24,6 +24,7 @@ from lightning_resumable_data.cli._reading import (
 )
 from lightning_resumable_data.cli._resume_report import resume_report
 from lightning_resumable_data.index.mixture import mixture_probabilities
+from lightning_resumable_data.lightning.history import DataHistory
 from lightning_resumable_data.samplers.mixture import MixtureSampler
 from lightning_resumable_data.samplers.schedule import entry_key
 
@@ -180,6 +181,23 @@ def inspect(
         ) from None
 
 
+def _history_report(found: DataState) -> dict[str, Any] | None:
+    """The steps the checkpoint's data history covers (``lrd trace``), or ``None``."""
+    saved = (found.callback or {}).get("data_history")
+    if saved is None:
+        return None
+    history = DataHistory.from_state(saved)
+    last = history.last_step
+    if last is not None and history.steps_done is not None:
+        last = min(last, history.steps_done - 1)
+    return {
+        "first_step": history.first_step,
+        "last_step": last,
+        "runs": len(history.runs),
+        "online_changes": len(history.changes),
+    }
+
+
 def _report(
     path: Path,
     checkpoint: Mapping[str, Any],
@@ -203,6 +221,7 @@ def _report(
         "batch_size": saved_batch,
         "mode": mode,
         "callback": found.callback is not None,
+        "history": _history_report(found),
         "warnings": [],
     }
     sampler_state = state.get("sampler") if mode == "position" else None
