@@ -27,10 +27,10 @@ from lightning_resumable_data import (
     ResumableDataCallback,
     ResumableDataModule,
 )
-from lightning_resumable_data.cli import main
-from lightning_resumable_data.cli.trace import trace
+from lightning_resumable_data.cli import CliError, main
+from lightning_resumable_data.cli.trace import find, trace
 from lightning_resumable_data.lightning.history import DataHistory, StepBatch
-from lightning_resumable_data.lightning.trace import trace_step
+from lightning_resumable_data.lightning.trace import find_sample, trace_step
 
 Ledger = dict[int, list[list[int]]]
 
@@ -125,6 +125,11 @@ def test_every_step_of_a_run_resumed_under_another_batch_size(tmp_path: Path) ->
     assert sum(len(b) for batches in ledger.values() for b in batches) == 150
     for step, batches in sorted(ledger.items()):
         assert _traced(last, step) == batches, f"step {step}"
+    for sample in range(50):  # lrd find is the inverse: every step that trained it
+        report = find(last, sample)
+        steps = sorted(s for s, batches in ledger.items() for b in batches if sample in b)
+        assert [hit["step"] for hit in report["trained"]] == steps, sample
+        assert [hit["epoch"] for hit in report["trained"]] == [0, 1, 2]
     saved = torch.load(last, weights_only=False)["callbacks"]["ResumableDataCallback"]
     runs = DataHistory.from_state(saved["data_history"]).runs
     assert len(runs) <= 2 * 3 + 1, runs  # a run per epoch and layout, not one per step
@@ -158,6 +163,8 @@ def test_every_step_of_a_mixture_with_a_phase_and_online_changes(tmp_path: Path)
     )
     history = torch.load(last, weights_only=False)["callbacks"]["ResumableDataCallback"]
     assert len(DataHistory.from_state(history["data_history"]).changes) == 2
+    with pytest.raises(CliError, match="finding a sample follows single datasets"):
+        find(last, 3)
     for step, batches in sorted(ledger.items()):
         assert _traced(last, step) == batches, f"step {step}"
 
@@ -181,6 +188,13 @@ def test_lrd_trace_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert "rank 0: indices " + " ".join(map(str, ledger[4][0])) in text
     assert main(["trace", str(last), "--step", "6"]) == 2  # not trained yet
     assert "covers steps 0 to 5" in capsys.readouterr().err
+    sample = ledger[4][0][0]
+    assert main(["find", str(last), "--sample", str(sample)]) == 0
+    out = capsys.readouterr().out
+    assert f"sample {sample} of {last} (DistributedSampler): trained" in out
+    assert "step 4, rank 0" in out
+    assert main(["find", str(last), "--sample", "20"]) == 2
+    assert "sample 20 is out of range for a dataset of 20 samples" in capsys.readouterr().err
     assert main(["inspect", str(last), "--json"]) == 0  # lrd inspect says what is recorded
     history = json.loads(capsys.readouterr().out)["history"]
     assert history == {"first_step": 0, "last_step": 5, "runs": 2, "online_changes": 0}  # 2 epochs
@@ -293,3 +307,14 @@ def test_a_step_begun_but_not_finished_is_refused(tmp_path: Path) -> None:
         trace_step(sampler, mid, 3)
     with pytest.raises(ValueError, match="covers steps 0 to 2"):
         trace_step(sampler, mid, 4)
+
+
+def test_find_names_a_padded_sample_twice() -> None:
+    """5 samples on 2 ranks x 3: the padded tail's position 5 is sample 0 again."""
+    sampler = DistributedSampler(range(5), num_replicas=2, rank=0, shuffle=False)
+    history = DataHistory([[0, 0, 0, 2, 3, 1, 1, 0]])
+    assert [(h.rank, h.position) for h in find_sample(sampler, history, 0)] == [(0, 0), (1, 5)]
+    assert [r.indices.tolist() for r in trace_step(sampler, history, 0)[0].ranks] == [
+        [0, 2, 4],
+        [1, 3, 0],
+    ]

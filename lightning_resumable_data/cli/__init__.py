@@ -5,6 +5,7 @@
 * ``lrd plan CONFIG``: the phases of a mixture schedule, the samples each source gives in
   each phase, and how many passes over each source the whole run makes.
 * ``lrd trace CHECKPOINT --step N``: the samples each rank trained at optimizer step N.
+* ``lrd find CHECKPOINT --sample I``: every epoch, step and rank that trained sample I.
 
 Errors in the input are one line on stderr, with exit code 2; other failures exit with 1.
 
@@ -103,12 +104,28 @@ def build_parser() -> argparse.ArgumentParser:
         "--rank", type=_at_least(0), action="append", metavar="R", help="only rank R (repeatable)"
     )
     trace.add_argument("--unsafe-unpickle", action="store_true", help=argparse.SUPPRESS)
-    for command in (inspect, plan, trace):
+
+    find = commands.add_parser(
+        "find",
+        help="every epoch, step and rank that trained a sample",
+        description="From the data history a checkpoint holds, list every (epoch, optimizer "
+        "step, rank) at which dataset sample I was trained (single datasets).",
+    )
+    find.add_argument("checkpoint", type=Path, metavar="CHECKPOINT", help="a .ckpt file")
+    find.add_argument("--sample", type=_at_least(0), required=True, metavar="I", help="index")
+    find.add_argument("--unsafe-unpickle", action="store_true", help=argparse.SUPPRESS)
+    for command in (inspect, plan, trace, find):
         command.add_argument("--json", action="store_true", help="print JSON instead of text")
     return parser
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.command == "find":
+        from lightning_resumable_data.cli.trace import find, format_find
+
+        found = find(args.checkpoint, args.sample, unsafe_unpickle=args.unsafe_unpickle)
+        print(json.dumps(found, indent=2) if args.json else format_find(found))
+        return 0
     if args.command == "trace":
         from lightning_resumable_data.cli.trace import format_trace, trace
 

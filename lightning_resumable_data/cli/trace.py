@@ -1,4 +1,4 @@
-"""``lrd trace``: the samples an optimizer step trained, on every rank, from a checkpoint.
+"""``lrd trace`` and ``lrd find``: what a step trained, and when a sample was trained.
 
 The checkpoint's ``ResumableDataCallback`` entry holds the run's data history (where every
 batch began; :mod:`~lightning_resumable_data.lightning.history`), and its loader state the
@@ -16,24 +16,23 @@ from lightning_resumable_data.cli._dryrun import build_sampler
 from lightning_resumable_data.cli._errors import CliError
 from lightning_resumable_data.cli._reading import find_data_state, load_checkpoint
 from lightning_resumable_data.lightning.history import DataHistory
-from lightning_resumable_data.lightning.trace import TracedBatch, replay_changes, trace_step
+from lightning_resumable_data.lightning.trace import (
+    TracedBatch,
+    find_sample,
+    replay_changes,
+    trace_step,
+)
+from lightning_resumable_data.samplers.distributed import DistributedSampler
 
-__all__ = ["format_trace", "trace"]
+__all__ = ["find", "format_find", "format_trace", "trace"]
 
 
-def trace(
-    path: Path,
-    step: int,
-    ranks: list[int] | None = None,
-    *,
-    unsafe_unpickle: bool = False,
-) -> dict[str, Any]:
-    """What ``lrd trace`` shows, as a JSON-serialisable dict.
+def _load(path: Path, unsafe_unpickle: bool) -> tuple[DataHistory, DistributedSampler, str]:
+    """The checkpoint's data history and its sampler, rebuilt with the run's schedule.
 
     Raises:
-        CliError: No data state or no data history in the checkpoint (one written before
-            this release, or without a ``ResumableDataCallback``), a sampler ``lrd`` cannot
-            rebuild, or a step the history does not cover.
+        CliError: No data state or no data history (written before this release, or without
+            a ``ResumableDataCallback``), or a sampler ``lrd`` cannot rebuild.
     """
     checkpoint = load_checkpoint(path, unsafe_unpickle=unsafe_unpickle)
     found = find_data_state(checkpoint, str(path))
@@ -49,26 +48,90 @@ def trace(
     if not isinstance(sampler_state, dict) or "kind" not in sampler_state:
         raise CliError(
             f"the loader state at {found.where} in {path} has no position sampler",
-            hint="lrd trace follows this package's samplers (the loader's resume mode 'position').",
+            hint="lrd follows this package's samplers (the loader's resume mode 'position').",
         )
     try:
         history = DataHistory.from_state(saved)
+        kind = str(sampler_state["kind"])
         sampler = build_sampler(
-            str(sampler_state["kind"]),
+            kind,
             sampler_state["fingerprint"],
             int(found.loader["num_replicas"]),
             sampler_state.get("schedule", ()),
         )
         replay_changes(sampler, history)
-        batches = trace_step(sampler, history, step, ranks)
     except (ValueError, KeyError, TypeError) as error:
+        raise CliError(f"{path}: {error}", hint="lrd inspect shows what the file holds.") from None
+    return history, sampler, kind
+
+
+def trace(
+    path: Path,
+    step: int,
+    ranks: list[int] | None = None,
+    *,
+    unsafe_unpickle: bool = False,
+) -> dict[str, Any]:
+    """What ``lrd trace`` shows, as a JSON-serialisable dict.
+
+    Raises:
+        CliError: What :func:`_load` refuses, or a step the history does not cover.
+    """
+    history, sampler, kind = _load(path, unsafe_unpickle)
+    try:
+        batches = trace_step(sampler, history, step, ranks)
+    except ValueError as error:
         raise CliError(f"{path}: {error}", hint="lrd inspect shows what the file holds.") from None
     return {
         "checkpoint": str(path),
         "step": step,
-        "sampler": sampler_state["kind"],
+        "sampler": kind,
         "batches": [_batch_json(batch) for batch in batches],
     }
+
+
+def find(path: Path, sample: int, *, unsafe_unpickle: bool = False) -> dict[str, Any]:
+    """What ``lrd find`` shows: every recorded (epoch, step, rank) that trained ``sample``.
+
+    Raises:
+        CliError: What :func:`_load` refuses, a mixture, or a sample out of range.
+    """
+    history, sampler, kind = _load(path, unsafe_unpickle)
+    try:
+        found = find_sample(sampler, history, sample)
+    except ValueError as error:
+        raise CliError(f"{path}: {error}", hint="lrd trace names a step's samples.") from None
+    first, last = history.first_step, history.last_step
+    return {
+        "checkpoint": str(path),
+        "sample": sample,
+        "sampler": kind,
+        "steps_recorded": None if first is None else [first, last],
+        "trained": [vars(occurrence) for occurrence in found],
+    }
+
+
+def format_find(report: dict[str, Any]) -> str:
+    """The text ``lrd find`` prints.
+
+    Example:
+        >>> print(format_find({"checkpoint": "c.ckpt", "sample": 5, "sampler": "S",
+        ...     "steps_recorded": [0, 9], "trained": [
+        ...         {"epoch": 0, "step": 1, "rank": 1, "position": 5}]}))
+        sample 5 of c.ckpt (S): trained 1 time in steps 0 to 9
+          epoch 0, step 1, rank 1 (global position 5)
+    """
+    trained, steps = report["trained"], report["steps_recorded"]
+    times = "1 time" if len(trained) == 1 else f"{len(trained)} times"
+    where = f"steps {steps[0]} to {steps[1]}" if steps else "no recorded step"
+    lines = [f"sample {report['sample']} of {report['checkpoint']} ({report['sampler']}): "
+             f"trained {times} in {where}"]  # fmt: skip
+    for hit in trained:
+        lines.append(
+            f"  epoch {hit['epoch']}, step {hit['step']}, rank {hit['rank']} "
+            f"(global position {hit['position']})"
+        )
+    return "\n".join(lines)
 
 
 def _batch_json(batch: TracedBatch) -> dict[str, Any]:

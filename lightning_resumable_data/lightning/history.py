@@ -159,6 +159,29 @@ class DataHistory:
                 found.append(StepBatch(run[_EPOCH], consumed, run[_WORLD], run[_BATCH], limit))
         return found
 
+    @property
+    def epochs(self) -> list[int]:
+        """The data epochs the record has batches of, in order."""
+        return sorted({run[_EPOCH] for run in self.runs})
+
+    def batches_at(self, epoch: int, position: int) -> list[tuple[int, StepBatch]]:
+        """The recorded batches of ``epoch`` whose positions hold ``position``, with steps.
+
+        Example:
+            >>> DataHistory([[3, 0, 8, 2, 2, 1, 4, 0]]).batches_at(0, 13)
+            [(4, StepBatch(epoch=0, consumed=12, world=2, batch_size=2, limit=None))]
+        """
+        found = []
+        for run in self.runs:
+            width = run[_WORLD] * run[_BATCH]
+            m = (position - run[_CONSUMED]) // width
+            if run[_EPOCH] == epoch and 0 <= m < run[_COUNT]:
+                batch = StepBatch(
+                    epoch, run[_CONSUMED] + m * width, run[_WORLD], run[_BATCH], run[_LIMIT] or None
+                )
+                found.append((run[_STEP] + m // run[_ACC], batch))
+        return found
+
     def state_dict(self, steps_done: int | None = None) -> dict[str, Any]:
         """The record, as plain lists (saved in the callback's checkpoint entry).
 

@@ -29,7 +29,14 @@ from lightning_resumable_data.lightning.history import DataHistory, StepBatch
 from lightning_resumable_data.samplers.distributed import DistributedSampler
 from lightning_resumable_data.samplers.mixture import MixtureSampler
 
-__all__ = ["RankSamples", "TracedBatch", "replay_changes", "trace_step"]
+__all__ = [
+    "Occurrence",
+    "RankSamples",
+    "TracedBatch",
+    "find_sample",
+    "replay_changes",
+    "trace_step",
+]
 
 
 @dataclass(frozen=True)
@@ -124,14 +131,66 @@ def replay_changes(sampler: DistributedSampler, history: DataHistory) -> None:
         sampler.update_weights(weights, temperature, **where, kind="online")
 
 
-def _rank(sampler: DistributedSampler, batch: StepBatch, rank: int) -> RankSamples:
-    """Rank ``rank``'s samples of ``batch``."""
+@dataclass(frozen=True)
+class Occurrence:
+    """Where a sample was trained: the epoch, optimizer step, rank and global position."""
+
+    epoch: int
+    step: int
+    rank: int
+    position: int
+
+
+def find_sample(sampler: DistributedSampler, history: DataHistory, index: int) -> list[Occurrence]:
+    """Every (epoch, step, rank) of the record at which dataset ``index`` was trained.
+
+    The inverse of :func:`trace_step` over the recorded steps. It computes each recorded
+    epoch's order once, vectorised (O(epoch) time and memory per epoch), and finds the
+    index in it; a padded epoch's tail repeats the order's start, so a sample can be
+    trained twice in an epoch.
+
+    Raises:
+        ValueError: A mixture (its inverse is not built yet), or an index out of range.
+
+    Example:
+        >>> from lightning_resumable_data import DistributedSampler
+        >>> sampler = DistributedSampler(range(10), num_replicas=2, rank=0, shuffle=False)
+        >>> find_sample(sampler, DataHistory([[0, 0, 0, 2, 2, 1, 3, 0]]), 5)
+        [Occurrence(epoch=0, step=1, rank=1, position=5)]
+    """
+    if isinstance(sampler, MixtureSampler):
+        raise ValueError(
+            "finding a sample follows single datasets for now; a mixture's order has no "
+            "inverse here yet. Trace the steps around it with lrd trace instead."
+        )
+    length = sampler.epoch_length
+    if not 0 <= index < length:
+        raise ValueError(f"sample {index} is out of range for a dataset of {length} samples.")
+    found = []
+    for epoch in history.epochs:
+        order = np.asarray(sampler._order(epoch)(np.arange(length, dtype=np.int64)))
+        for position in np.flatnonzero(order == index).tolist():
+            for padded in (position, position + length):  # the padded tail wraps around
+                for step, batch in history.batches_at(epoch, padded):
+                    j, rank = divmod(padded - batch.consumed, batch.world)
+                    if j < _count(sampler, batch, rank):
+                        found.append(Occurrence(epoch, step, rank, padded))
+    return found
+
+
+def _count(sampler: DistributedSampler, batch: StepBatch, rank: int) -> int:
+    """Rank ``rank``'s samples in ``batch``."""
     length, start, world = sampler.epoch_length, batch.consumed, batch.world
     # every rank reads the same count: the epoch's ragged tail is padded (or dropped) ...
     left = samples_per_rank(length - start, world, sampler.drop_last)
     if batch.limit is not None and batch.limit < start + left * world:
         left = max(0, -(-(batch.limit - start - rank) // world))  # ... or the trainer's limit
-    count = min(batch.batch_size, left)
+    return min(batch.batch_size, left)
+
+
+def _rank(sampler: DistributedSampler, batch: StepBatch, rank: int) -> RankSamples:
+    """Rank ``rank``'s samples of ``batch``."""
+    length, count = sampler.epoch_length, _count(sampler, batch, rank)
     positions = batch.consumed + rank + batch.world * np.arange(count, dtype=np.int64)
     order = sampler._order(batch.epoch)
     indices = np.asarray(order(positions % max(length, 1)), dtype=np.int64)

@@ -16,7 +16,7 @@ import torch
 from faults.runner import ForkServer
 from torchrun import torchrun
 
-from lightning_resumable_data.cli.trace import trace
+from lightning_resumable_data.cli.trace import find, trace
 from matrix.harness import SCRIPT, SETTINGS, Ledger, Runs, documented_stream, ledger
 
 pytestmark = pytest.mark.distributed
@@ -54,8 +54,18 @@ def test_resumed_on_another_number_of_processes(
     name = f"{setting}-{stop}-{saved}to{devices}-batch{batch}".replace(" ", "_")
     out = runs.run(runs.root / name, args)
     before, after = ledger(writer).cut(step), ledger(out)
+    last = max((out / "ckpt").glob("step=*.ckpt"), key=_step_of)
     for part in (before, after):  # lrd trace names what every rank trained at every step
-        _assert_traced(part, max((out / "ckpt").glob("step=*.ckpt"), key=_step_of))
+        _assert_traced(part, last)
+    trained: dict[int, list[tuple[int, int]]] = {}  # lrd find: where each sample was trained
+    for part in (before, after):
+        for rank, lines in enumerate(part.ranks):
+            for line in lines:
+                for sample in map(int, line["ids"]):
+                    trained.setdefault(sample, []).append((int(line["step"]), rank))
+    for sample in (0, 1, 17, 40, 63):
+        hits = find(last, sample)["trained"]
+        assert sorted((h["step"], h["rank"]) for h in hits) == sorted(trained.get(sample, []))
     uninterrupted = ledger(writer)
     assert uninterrupted.stream() == documented_stream(32 if "limit" in setting else 64)
     assert before.stream() + after.stream() == uninterrupted.stream()
