@@ -307,6 +307,9 @@ def test_a_step_begun_but_not_finished_is_refused(tmp_path: Path) -> None:
         trace_step(sampler, mid, 3)
     with pytest.raises(ValueError, match="covers steps 0 to 2"):
         trace_step(sampler, mid, 4)
+    unfinished = trace_step(sampler, DataHistory.from_state(callback.history.state_dict()), 3)
+    sample = int(unfinished[0].ranks[0].indices[0])
+    assert 3 not in [hit.step for hit in find_sample(sampler, mid, sample)]  # nor in find
 
 
 def test_find_names_a_padded_sample_twice() -> None:

@@ -64,7 +64,7 @@ def _history_text(report: Mapping[str, Any]) -> str:
             "trace cannot name the samples of its steps"
         )
     first, last = history["first_step"], history["last_step"]
-    if first is None or last is None or last < first:
+    if first is None or last is None:
         return "no finished step recorded yet"
     changes = history["online_changes"]
     online = f", {_plural(changes, 'online weight change', 'online weight changes')}"

@@ -187,11 +187,9 @@ def _history_report(found: DataState) -> dict[str, Any] | None:
     if saved is None:
         return None
     history = DataHistory.from_state(saved)
-    last = history.last_step
-    if last is not None and history.steps_done is not None:
-        last = min(last, history.steps_done - 1)
+    first, last = history.finished_steps or (None, None)
     return {
-        "first_step": history.first_step,
+        "first_step": first,
         "last_step": last,
         "runs": len(history.runs),
         "online_changes": len(history.changes),

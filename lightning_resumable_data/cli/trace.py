@@ -101,12 +101,12 @@ def find(path: Path, sample: int, *, unsafe_unpickle: bool = False) -> dict[str,
         found = find_sample(sampler, history, sample)
     except ValueError as error:
         raise CliError(f"{path}: {error}", hint="lrd trace names a step's samples.") from None
-    first, last = history.first_step, history.last_step
+    finished = history.finished_steps
     return {
         "checkpoint": str(path),
         "sample": sample,
         "sampler": kind,
-        "steps_recorded": None if first is None else [first, last],
+        "steps_recorded": None if finished is None else list(finished),
         "trained": [vars(occurrence) for occurrence in found],
     }
 

@@ -147,6 +147,20 @@ class DataHistory:
         last = self.runs[-1]
         return last[_STEP] + (last[_COUNT] - 1) // last[_ACC]
 
+    @property
+    def finished_steps(self) -> tuple[int, int] | None:
+        """The first and last step recorded and finished when saved; ``None``: no such step.
+
+        A step begun but not finished (``steps_done``: a checkpoint written between the
+        batches of an accumulated step) is left out.
+        """
+        first, last = self.first_step, self.last_step
+        if first is None or last is None:
+            return None
+        if self.steps_done is not None:
+            last = min(last, self.steps_done - 1)
+        return (first, last) if last >= first else None
+
     def step_batches(self, step: int) -> list[StepBatch]:
         """The batches of optimizer ``step``, in training order (``[]`` if not recorded)."""
         keys = [run[_STEP] for run in self.runs]

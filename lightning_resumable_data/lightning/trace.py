@@ -26,6 +26,7 @@ from numpy.typing import NDArray
 
 from lightning_resumable_data.index.partition import samples_per_rank
 from lightning_resumable_data.lightning.history import DataHistory, StepBatch
+from lightning_resumable_data.samplers._rank_order import Order
 from lightning_resumable_data.samplers.distributed import DistributedSampler
 from lightning_resumable_data.samplers.mixture import MixtureSampler
 
@@ -94,26 +95,23 @@ def trace_step(
             "trace it from a later checkpoint."
         )
     if not batches:
-        first, last = history.first_step, history.last_step
-        if last is not None and history.steps_done is not None:
-            last = min(last, history.steps_done - 1)  # a step begun, not finished, is not in
-        covered = (
-            "nothing"
-            if last is None or first is None or last < first
-            else (f"steps {first} to {last}")
-        )
+        finished = history.finished_steps
+        covered = "nothing" if finished is None else "steps {} to {}".format(*finished)
         raise ValueError(
             f"step {step} is not in this checkpoint's data history, which covers {covered}; "
             "trace a step the run had trained when the checkpoint was written (a later "
             "checkpoint covers later steps)."
         )
-    traced = []
+    traced, orders = [], {}
     for batch in batches:
         wanted = range(batch.world) if ranks is None else ranks
         bad = [r for r in wanted if not 0 <= r < batch.world]
         if bad:
             raise ValueError(f"ranks {bad} are outside the world of step {step} ({batch.world}).")
-        traced.append(TracedBatch(batch, tuple(_rank(sampler, batch, r) for r in wanted)))
+        if batch.epoch not in orders:  # an epoch's order once (randperm builds the epoch)
+            orders[batch.epoch] = sampler._order(batch.epoch)
+        order = orders[batch.epoch]
+        traced.append(TracedBatch(batch, tuple(_rank(sampler, order, batch, r) for r in wanted)))
     return traced
 
 
@@ -166,14 +164,16 @@ def find_sample(sampler: DistributedSampler, history: DataHistory, index: int) -
     length = sampler.epoch_length
     if not 0 <= index < length:
         raise ValueError(f"sample {index} is out of range for a dataset of {length} samples.")
-    found = []
+    found, finished = [], history.finished_steps
+    if finished is None:
+        return []
     for epoch in history.epochs:
         order = np.asarray(sampler._order(epoch)(np.arange(length, dtype=np.int64)))
         for position in np.flatnonzero(order == index).tolist():
             for padded in (position, position + length):  # the padded tail wraps around
                 for step, batch in history.batches_at(epoch, padded):
                     j, rank = divmod(padded - batch.consumed, batch.world)
-                    if j < _count(sampler, batch, rank):
+                    if step <= finished[1] and j < _count(sampler, batch, rank):
                         found.append(Occurrence(epoch, step, rank, padded))
     return found
 
@@ -188,11 +188,10 @@ def _count(sampler: DistributedSampler, batch: StepBatch, rank: int) -> int:
     return min(batch.batch_size, left)
 
 
-def _rank(sampler: DistributedSampler, batch: StepBatch, rank: int) -> RankSamples:
-    """Rank ``rank``'s samples of ``batch``."""
+def _rank(sampler: DistributedSampler, order: Order, batch: StepBatch, rank: int) -> RankSamples:
+    """Rank ``rank``'s samples of ``batch``; ``order``: its epoch's order."""
     length, count = sampler.epoch_length, _count(sampler, batch, rank)
     positions = batch.consumed + rank + batch.world * np.arange(count, dtype=np.int64)
-    order = sampler._order(batch.epoch)
     indices = np.asarray(order(positions % max(length, 1)), dtype=np.int64)
     if isinstance(sampler, MixtureSampler):
         dataset = sampler.mixture
