@@ -7,15 +7,25 @@ changes anything.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Protocol
 
 from lightning_resumable_data.index.partition import epoch_total_size
+from lightning_resumable_data.index.skips import add_skip, check_ranges, skipped, to_base
 from lightning_resumable_data.pins import check_pins
-from lightning_resumable_data.samplers._arguments import SEED_LIMIT
+from lightning_resumable_data.samplers._arguments import SEED_LIMIT, check_non_negative_int
 from lightning_resumable_data.state import StateMismatchError, check_state, make_state
 
-__all__ = ["PositionOwner", "loaded_position", "position_state"]
+Positions = Any  # an array of positions (or of dataset indices)
+
+__all__ = [
+    "PositionOwner",
+    "epoch_skips",
+    "loaded_position",
+    "loaded_skips",
+    "position_state",
+    "skipping",
+]
 
 
 class PositionOwner(Protocol):
@@ -47,13 +57,28 @@ class PositionOwner(Protocol):
     def drop_last(self) -> bool:
         """Whether the ragged tail of an epoch is dropped."""
 
+    @property
+    def skips(self) -> Mapping[int, list[tuple[int, int]]]:
+        """Skipped ranges of base positions, by epoch (``skip_positions``)."""
+
+    @property
+    def epoch(self) -> int:
+        """The current epoch."""
+
+    @property
+    def frontier(self) -> int:
+        """Global position up to which the live iteration has computed the order."""
+
+    def epoch_size(self, epoch: int | None = None) -> int:
+        """Positions of an epoch's order that are read."""
+
 
 def position_state(owner: PositionOwner, epoch: int, consumed: int) -> dict[str, Any]:
     """The state after ``consumed`` global samples of ``epoch``, with the fingerprint and pins.
 
     Example:
         >>> from types import SimpleNamespace
-        >>> owner = SimpleNamespace(KIND="K", fingerprint={}, pins={}, num_replicas=2)
+        >>> owner = SimpleNamespace(KIND="K", fingerprint={}, pins={}, num_replicas=2, skips={})
         >>> state = position_state(owner, 1, 4)
         >>> state["epoch"], state["consumed"], state["num_replicas"]
         (1, 4, 2)
@@ -67,10 +92,74 @@ def position_state(owner: PositionOwner, epoch: int, consumed: int) -> dict[str,
     )
     if owner.pins:
         state["pins"] = dict(owner.pins)
+    skips = [
+        [e, start, stop]
+        for e in sorted(owner.skips)
+        if e >= epoch
+        for start, stop in owner.skips[e]
+    ]
+    if skips:  # the epochs to come keep their skips; past ones are done with
+        state["skips"] = skips
     return state
 
 
-def loaded_position(owner: PositionOwner, state_dict: dict[str, Any]) -> tuple[int, int]:
+def epoch_skips(owner: PositionOwner, epoch: int, start: int, stop: int) -> list[tuple[int, int]]:
+    """``epoch``'s skipped ranges with positions ``[start, stop)`` of its order cut as well.
+
+    Raises:
+        ValueError: The positions are computed already, or not inside what the epoch reads.
+    """
+    epoch = check_non_negative_int("epoch", epoch)
+    start, stop = check_non_negative_int("start", start), check_non_negative_int("stop", stop)
+    size = owner.epoch_size(epoch)
+    if epoch < owner.epoch or (epoch == owner.epoch and start < owner.frontier):
+        raise ValueError(
+            f"Cannot skip positions [{start}, {stop}) of epoch {epoch}: this sampler has "
+            f"already computed epoch {owner.epoch} up to position {owner.frontier}. Skip "
+            "before the data is read (a later start, or before the epoch begins)."
+        )
+    if not start < stop <= size:
+        raise ValueError(
+            f"Cannot skip positions [{start}, {stop}) of epoch {epoch}: a skip needs "
+            f"start < stop <= {size} (the positions epoch {epoch} has left to read)."
+        )
+    return add_skip(owner.skips.get(epoch, []), start, stop)
+
+
+def skipping(order: Callable[[Positions], Positions], ranges: list[tuple[int, int]]) -> Any:
+    """``order`` read at the base positions of the positions of the order that remains."""
+    return lambda positions: order(to_base(positions, ranges))
+
+
+def loaded_skips(state_dict: object, length: int, kind: str) -> dict[int, list[tuple[int, int]]]:
+    """The skipped ranges a state holds, by epoch (none for a state without ``skips``).
+
+    Raises:
+        StateMismatchError: ``skips`` is not a list of ``[epoch, start, stop]`` with sorted,
+            disjoint ranges inside the epoch.
+    """
+    saved = state_dict.get("skips") if isinstance(state_dict, Mapping) else None
+    if saved is None:
+        return {}
+    by_epoch: dict[int, list[list[int]]] = {}
+    try:
+        for epoch, start, stop in saved:
+            if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+                raise ValueError(f"epoch {epoch!r} is not an epoch number")
+            by_epoch.setdefault(epoch, []).append([start, stop])
+        return {e: check_ranges(r, length, f"epoch {e}") for e, r in by_epoch.items()}
+    except (TypeError, ValueError) as error:
+        raise StateMismatchError(
+            f"Cannot load this state into {kind}: its 'skips' must be [[epoch, start, stop], "
+            f"...] inside an epoch of {length} positions ({error}). The state is corrupted."
+        ) from None
+
+
+def loaded_position(
+    owner: PositionOwner,
+    state_dict: dict[str, Any],
+    skips: Mapping[int, list[tuple[int, int]]] | None = None,
+) -> tuple[int, int]:
     """Check ``state_dict`` against ``owner``'s configuration; its ``(epoch, consumed)``.
 
     ``consumed`` is the global position to resume at in the current layout: a position past
@@ -79,7 +168,7 @@ def loaded_position(owner: PositionOwner, state_dict: dict[str, Any]) -> tuple[i
     Raises:
         StateMismatchError: What :meth:`DistributedSampler.load_state_dict` refuses.
     """
-    kind, length, drop_last = owner.KIND, owner.epoch_length, owner.drop_last
+    kind, drop_last = owner.KIND, owner.drop_last
     check_state(
         state_dict,
         kind,
@@ -87,6 +176,7 @@ def loaded_position(owner: PositionOwner, state_dict: dict[str, Any]) -> tuple[i
         {"epoch": int, "consumed": int, "num_replicas": int},
     )
     check_pins(state_dict, kind, owner.pins)
+    length = owner.epoch_length - skipped((skips or {}).get(state_dict["epoch"], []))
     if owner.seed + state_dict["epoch"] >= SEED_LIMIT:
         raise StateMismatchError(
             f"Cannot load this state into {kind}: epoch={state_dict['epoch']} with "

@@ -1,3 +1,4 @@
+# size: the drop-in torch sampler: its position contract (epoch, skips, state) and examples
 """A drop-in ``torch.utils.data.DistributedSampler`` with O(1) save, restore and elastic resume."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from numpy.typing import NDArray
 
 from lightning_resumable_data.index.partition import rank_span, samples_per_rank
 from lightning_resumable_data.index.permutation import PermutationAlgorithm, check_algorithm
+from lightning_resumable_data.index.skips import skipped
 from lightning_resumable_data.pins import dataset_pins
 from lightning_resumable_data.randomness import make_sample_keys
 from lightning_resumable_data.samplers._arguments import (
@@ -27,7 +29,13 @@ from lightning_resumable_data.samplers._chunks import (
     ChunkStream,
     chunk_sizes,
 )
-from lightning_resumable_data.samplers._distributed_state import loaded_position, position_state
+from lightning_resumable_data.samplers._distributed_state import (
+    epoch_skips,
+    loaded_position,
+    loaded_skips,
+    position_state,
+    skipping,
+)
 from lightning_resumable_data.samplers._rank_order import (
     Order,
     array_batches,
@@ -112,6 +120,7 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
         self.pins = dataset_pins(dataset)  # files whose bytes the state pins (pins.py)
         self.sample_keys = bool(sample_keys)
         self._position = RankPosition()  # global samples of the epoch; the live iteration
+        self.skips: dict[int, list[tuple[int, int]]] = {}  # epoch -> base ranges never read
         self._epoch_locked = False  # set by lock_epoch: the loader owns the epoch
 
     @property
@@ -188,6 +197,25 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
         """
         self._position.skip(check_non_negative_int("samples", samples) * self.num_replicas)
 
+    def skip_positions(self, epoch: int, start: int, stop: int) -> None:
+        """Never read positions ``[start, stop)`` of ``epoch``'s order as it stands.
+
+        Later positions move up (the epoch gets shorter); the skip is saved with the state,
+        so a resume on any layout keeps it. The positions must not be computed yet.
+
+        Example:
+            >>> sampler = DistributedSampler(range(8), num_replicas=1, rank=0, shuffle=False)
+            >>> sampler.skip_positions(0, 2, 5)
+            >>> list(sampler), len(sampler)
+            ([0, 1, 5, 6, 7], 5)
+        """
+        self.skips[epoch] = epoch_skips(self, epoch, start, stop)
+
+    def epoch_size(self, epoch: int | None = None) -> int:
+        """Positions of an epoch's order that are read: its length less what is skipped."""
+        ranges = self.skips.get(self.epoch if epoch is None else epoch, [])
+        return self.epoch_length - skipped(ranges)
+
     def __iter__(self) -> Iterator[int]:
         epoch, start, claim = self._position.claim(self.epoch)  # the restored start is used up
         stream = ChunkStream(self._chunks(epoch, start, lambda: stream), claim)
@@ -249,25 +277,26 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
         what its first batches need.
         """
         count = self._position.begin(start, counter)
-        span = rank_span(
-            self.epoch_length, self.num_replicas, self.rank, self.drop_last, consumed=start
-        )
+        length, order, ranges = self.epoch_size(epoch), self._order(epoch), self.skips.get(epoch)
+        span = rank_span(length, self.num_replicas, self.rank, self.drop_last, consumed=start)
         total = span.count if limit is None else min(span.count, limit)
         if total:
             sizes = chunk_sizes(self._chunk_size(), multiple)
-            yield from span_arrays(span, total, self._order(epoch), self.epoch_length, sizes, count)
+            if ranges:  # positions of the order that remains, read at their base positions
+                order = skipping(order, ranges)
+            yield from span_arrays(span, total, order, length, sizes, count)
 
     def samples_left(self, consumed: int) -> int:
         """Samples this rank still reads in an epoch after ``consumed`` global samples."""
-        return samples_per_rank(self.epoch_length - consumed, self.num_replicas, self.drop_last)
+        return samples_per_rank(self.epoch_size() - consumed, self.num_replicas, self.drop_last)
 
     def _chunk_size(self) -> int:
         """Samples of this rank computed at a time."""
         return CHUNK_SIZE
 
     def __len__(self) -> int:
-        """Samples this rank reads in a full epoch (torch's ``num_samples``)."""
-        return self.num_samples
+        """Samples this rank reads in a full epoch (torch's ``num_samples``, less skips)."""
+        return samples_per_rank(self.epoch_size(), self.num_replicas, self.drop_last)
 
     def _order(self, epoch: int) -> Order:
         """The global order of ``epoch`` as a lookup from positions to dataset indices."""
@@ -296,5 +325,7 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
                 drop_last, or over a pinned file whose bytes changed since
                 (:mod:`~lightning_resumable_data.pins`).
         """
-        self.epoch, consumed = loaded_position(self, state_dict)
+        skips = loaded_skips(state_dict, self.epoch_length, self.KIND)
+        self.epoch, consumed = loaded_position(self, state_dict, skips)
+        self.skips = skips
         self._position.restart(consumed)

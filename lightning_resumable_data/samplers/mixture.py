@@ -209,6 +209,13 @@ class MixtureSampler(DistributedSampler):
             self._recompute.rewrite(self._position, position, self._order(self.epoch), keys)
         return epoch, position
 
+    def skip_positions(self, epoch: int, start: int, stop: int) -> None:
+        """Not available for a mixture yet: a ``ValueError`` that says so."""
+        raise ValueError(
+            f"Cannot skip [{start}, {stop}) of epoch {epoch}: skipping works for single and "
+            "sharded datasets, not yet for a mixture (its weight changes sit at positions)."
+        )
+
     def _chunks(
         self, epoch: int, start: int, stream: Callable[[], ChunkStream]
     ) -> Iterator[list[Any]]:

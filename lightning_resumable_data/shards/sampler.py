@@ -142,15 +142,17 @@ class ShardedSampler(DistributedSampler):
             >>> len(list(sampler))
             2
         """
-        super().load_state_dict(
-            make_state(
-                self.KIND,
-                self.fingerprint,
-                epoch=epoch,
-                consumed=consumed,
-                num_replicas=self.num_replicas,
-            )
+        state = make_state(
+            self.KIND,
+            self.fingerprint,
+            epoch=epoch,
+            consumed=consumed,
+            num_replicas=self.num_replicas,
         )
+        skips = [[e, *r] for e in sorted(self.skips) if e >= epoch for r in self.skips[e]]
+        if skips:  # a seek keeps the skips to come
+            state["skips"] = skips
+        super().load_state_dict(state)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore a position, refusing it if the shard list changed since it was saved.
