@@ -6,6 +6,7 @@
   each phase, and how many passes over each source the whole run makes.
 * ``lrd trace CHECKPOINT --step N``: the samples each rank trained at optimizer step N.
 * ``lrd find CHECKPOINT --sample I``: every epoch, step and rank that trained sample I.
+* ``lrd skip CHECKPOINT --steps A:B -o NEW``: a copy whose data state cuts steps A to B-1.
 
 Errors in the input are one line on stderr, with exit code 2; other failures exit with 1.
 
@@ -114,12 +115,33 @@ def build_parser() -> argparse.ArgumentParser:
     find.add_argument("checkpoint", type=Path, metavar="CHECKPOINT", help="a .ckpt file")
     find.add_argument("--sample", type=_at_least(0), required=True, metavar="I", help="index")
     find.add_argument("--unsafe-unpickle", action="store_true", help=argparse.SUPPRESS)
-    for command in (inspect, plan, trace, find):
+    skip = commands.add_parser(
+        "skip",
+        help="a copy of a checkpoint whose data state cuts the data of some steps",
+        description="Write a copy of CHECKPOINT in which the data of optimizer steps A to B-1 "
+        "(counted as the run that wrote it counts them) is cut: a fit resumed from the copy "
+        "trains at step A what step B would have, and never reads the data in between. "
+        "Every later resume, on any layout, keeps the cut.",
+    )
+    skip.add_argument("checkpoint", type=Path, metavar="CHECKPOINT", help="a .ckpt file")
+    skip.add_argument(
+        "--steps", action="append", required=True, metavar="A:B", help="steps A..B-1 (repeatable)"
+    )
+    skip.add_argument("-o", "--output", type=Path, required=True, metavar="NEW", help="new .ckpt")
+    skip.add_argument("--unsafe-unpickle", action="store_true", help=argparse.SUPPRESS)
+    for command in (inspect, plan, trace, find, skip):
         command.add_argument("--json", action="store_true", help="print JSON instead of text")
     return parser
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.command == "skip":
+        from lightning_resumable_data.cli.skip import format_skip, parse_steps, skip
+
+        steps = [parse_steps(text) for text in args.steps]
+        done = skip(args.checkpoint, steps, args.output, unsafe_unpickle=args.unsafe_unpickle)
+        print(json.dumps(done, indent=2) if args.json else format_skip(done))
+        return 0
     if args.command == "find":
         from lightning_resumable_data.cli.trace import find, format_find
 

@@ -68,11 +68,18 @@ def _history_text(report: Mapping[str, Any]) -> str:
         return "no finished step recorded yet"
     changes = history["online_changes"]
     online = f", {_plural(changes, 'online weight change', 'online weight changes')}"
-    return (
+    text = (
         f"steps {first} to {last} recorded ({_plural(history['runs'], 'run', 'runs')}"
         f"{online if changes else ''}): lrd trace {report['checkpoint']} --step N names "
         "each step's samples"
     )
+    skipped = history.get("skipped_steps") or []
+    if skipped:
+        cut = history.get("skipped_samples", {})
+        epochs = ", ".join(f"{n} samples of epoch {e}" for e, n in cut.items())
+        steps = ", ".join(f"{a} to {b - 1}" for a, b in skipped)
+        text += f"; the data of steps {steps} is cut ({epochs}), never read"
+    return text
 
 
 def _format_mixture(mixture: Mapping[str, Any], epoch: int) -> list[str]:

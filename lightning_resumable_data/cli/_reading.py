@@ -146,6 +146,11 @@ def _loader_states(value: object, where: str, depth: int = 0) -> Iterator[tuple[
             yield from _loader_states(item, f"{where}[{i}]", depth + 1)
 
 
+def loader_states(checkpoint: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every training-loader state in a loaded checkpoint (the data module's, the fit loop's)."""
+    return [state for _, state in _loader_states(checkpoint, "")]
+
+
 def find_data_state(checkpoint: Mapping[str, Any], name: str) -> DataState:
     """Find the data module's state, else a training-loader state, in a loaded checkpoint.
 

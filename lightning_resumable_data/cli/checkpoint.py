@@ -193,6 +193,8 @@ def _history_report(found: DataState) -> dict[str, Any] | None:
         "last_step": last,
         "runs": len(history.runs),
         "online_changes": len(history.changes),
+        "skipped_steps": [list(steps) for steps in history.skipped_steps],
+        "skipped_samples": {str(e): sum(b - a for a, b in r) for e, r in history.skips.items()},
     }
 
 

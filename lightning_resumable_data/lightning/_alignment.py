@@ -31,6 +31,7 @@ from lightning_resumable_data.state import StateMismatchError
 __all__ = [
     "check_batch",
     "match_checkpoint",
+    "restart_progress_bar",
     "set_epoch_limit",
     "start_at_lightnings_batch",
     "start_position",
@@ -48,6 +49,13 @@ def set_epoch_limit(trainer: pl.Trainer, loader: StatefulDataLoader) -> None:
         loader.set_epoch_limit(int(batches) * loader.samples_per_step)
     else:
         loader.set_epoch_limit(None)
+
+
+def restart_progress_bar(trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    """Give the progress bar the epoch start Lightning skips when it resumes mid-epoch."""
+    bar = trainer.progress_bar_callback
+    if bar is not None and getattr(bar, "is_enabled", True):
+        bar.on_train_epoch_start(trainer, pl_module)  # restores its total and title
 
 
 def match_checkpoint(trainer: pl.Trainer, checkpoint: dict[str, Any], key: str | None) -> bool:

@@ -11,12 +11,12 @@ from typing import Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.trainer.states import TrainerFn
-from lightning.pytorch.utilities import rank_zero_warn
 from typing_extensions import override
 
 from lightning_resumable_data.lightning._alignment import (
     check_batch,
     match_checkpoint,
+    restart_progress_bar,
     set_epoch_limit,
     start_at_lightnings_batch,
     start_position,
@@ -43,9 +43,10 @@ from lightning_resumable_data.lightning.progress import (
     TrainedBatches,
     record_batch,
     training_loader,
+    warn_no_loader,
 )
+from lightning_resumable_data.lightning.skipping import apply_skips, check_skip_steps, restate_epoch
 from lightning_resumable_data.samplers.schedule import MixturePhase
-from lightning_resumable_data.state import ResumeWarning
 
 __all__ = ["ResumableDataCallback"]
 
@@ -71,6 +72,8 @@ class ResumableDataCallback(pl.Callback):
       samples drawn per source this epoch (``data/weight/<source>``, ``data/drawn/<source>``).
     * **History**: notes at every training batch its step and where its data begins (a few
       runs per epoch: :mod:`~.history`), so ``lrd trace`` names the samples of any step.
+    * **Skips** (``skip_steps``): the data of those steps is never read, and every resume
+      keeps the cut (:mod:`~.skipping`).
     * **Epochs**: ends the data epoch where Lightning does (``limit_train_batches``); after a
       resume under another layout restates Lightning's batch count of the resumed epoch.
     * **Training randomness** (``seed_training=True``): at the start of every training
@@ -109,6 +112,8 @@ class ResumableDataCallback(pl.Callback):
         verify: What a data position that disagrees with the trainer's counters does:
             ``"raise"`` a :class:`~lightning_resumable_data.DataPositionError`, ``"warn"``
             once, or ``"off"``.
+        skip_steps: ``(start, stop)`` ranges of optimizer steps whose data is cut (stop
+            excluded), counted as the trainer counts steps, from the step the fit starts at.
     """
 
     def __init__(
@@ -121,8 +126,10 @@ class ResumableDataCallback(pl.Callback):
         policy: Policy | None = None,
         policy_every_n_steps: int | None = None,
         verify: Verify = "raise",
+        skip_steps: Sequence[tuple[int, int] | range] = (),
     ) -> None:
         self.phases = checked_phases(phases)
+        self.skip_steps = check_skip_steps(skip_steps)
         self.log_every_n_steps = log_every_n_steps
         self._generators = check_seed_options(seed_training, training_seed)
         self.seed_training = seed_training
@@ -182,14 +189,7 @@ class ResumableDataCallback(pl.Callback):
         self._epoch_started = False
         self._trainer = trainer
         if loader is None:
-            rank_zero_warn(
-                "ResumableDataCallback found no lightning_resumable_data.StatefulDataLoader "
-                "among the training loaders, so it cannot keep the data position exact: a "
-                "resume replays or skips what a plain DataLoader does. Use "
-                "ResumableDataModule, or return a lightning_resumable_data.StatefulDataLoader "
-                "from train_dataloader.",
-                category=ResumeWarning,
-            )
+            warn_no_loader()
             return
         self.mixer.loader = loader
         set_epoch_limit(trainer, loader)  # before the position: it may end the epoch
@@ -199,12 +199,14 @@ class ResumableDataCallback(pl.Callback):
         loader.track_trained(TrainedBatches(trainer))
         if loader.resume_mode == "position":
             start_position(trainer, loader, restored, self.guard)
+            apply_skips(trainer, loader, self.skip_steps, self.history)
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._epoch_started = True
         loader = self.train_loader(trainer)
         if loader is not None:
+            restate_epoch(trainer, loader, self.history)  # if cut: its length changes
             set_epoch_limit(trainer, loader)  # a reloaded loader may have another length
 
     @override
@@ -218,9 +220,7 @@ class ResumableDataCallback(pl.Callback):
                 check_batch(self.guard, trainer, loader, batch_idx, handed)
         if not self._epoch_started:  # resumed mid-epoch: Lightning skipped the epoch start
             self._epoch_started = True
-            bar = trainer.progress_bar_callback
-            if bar is not None and getattr(bar, "is_enabled", True):
-                bar.on_train_epoch_start(trainer, pl_module)  # restores its total and title
+            restart_progress_bar(trainer, pl_module)
         if self._seed is not None:  # last: nothing this hook does draws after it
             seed_step(self._generators, self._rank, self._seed, trainer, pl_module, batch_idx)
 
@@ -269,11 +269,10 @@ class ResumableDataCallback(pl.Callback):
     ) -> None:
         """Match Lightning's epoch counters to the data; refuse a checkpoint without data.
 
-        A checkpoint of a fit stopped mid-epoch counts the epoch as done (its epoch-end hooks
-        ran), and one written after a resume from an epoch's last batch counts the next
-        epoch as not started; the loop counters are rewritten, before Lightning restores
-        them, to where the data is (:func:`~.checkpoint_counters.match_epoch_counters`).
-        Without data (``allow_config_change``), the data starts where Lightning goes on.
+        The loop counters are rewritten, before Lightning restores them, to where the data
+        is (:func:`~.checkpoint_counters.match_epoch_counters`: a fit stopped mid-epoch counts
+        that epoch as done). Without data (``allow_config_change``), the data starts where
+        Lightning goes on.
         """
         datamodule = getattr(trainer, "datamodule", None)
         known = isinstance(datamodule, PhasedDataModule)

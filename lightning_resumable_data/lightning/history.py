@@ -73,6 +73,8 @@ class DataHistory:
         self.runs: list[list[int]] = []
         self.changes: list[list[float]] = []  # online weight changes: epoch, position, t, w...
         self.steps_done: int | None = None  # optimizer steps finished when it was saved
+        self.skips: dict[int, list[tuple[int, int]]] = {}  # epoch -> base ranges cut
+        self.skipped_steps: list[list[int]] = []  # the step ranges cut, as requested
         self.load(runs, changes)
 
     def load(
@@ -82,6 +84,11 @@ class DataHistory:
         self.steps_done = None
         self.runs = [[int(v) for v in run] for run in runs]
         self.changes = [[float(v) for v in change] for change in changes]
+        self.skips, self.skipped_steps = {}, []
+
+    def note_skips(self, epoch: int, ranges: Sequence[tuple[int, int]]) -> None:
+        """Note ``epoch``'s cut ranges (base positions: the sampler's ``skips``)."""
+        self.skips[int(epoch)] = [(int(a), int(b)) for a, b in ranges]
 
     def note_change(
         self, epoch: int, position: int, weights: Sequence[float], temperature: float
@@ -208,6 +215,8 @@ class DataHistory:
             "runs": [list(run) for run in self.runs],
             "changes": [list(change) for change in self.changes],
             "steps_done": steps_done,
+            "skips": [[e, a, b] for e in sorted(self.skips) for a, b in self.skips[e]],
+            "skipped_steps": [list(steps) for steps in self.skipped_steps],
         }
 
     @classmethod
@@ -241,3 +250,6 @@ class DataHistory:
         self.load(state["runs"], state.get("changes") or ())
         done = state.get("steps_done")
         self.steps_done = int(done) if isinstance(done, int) else None
+        for epoch, start, stop in state.get("skips") or ():
+            self.skips.setdefault(int(epoch), []).append((int(start), int(stop)))
+        self.skipped_steps = [[int(a), int(b)] for a, b in state.get("skipped_steps") or ()]

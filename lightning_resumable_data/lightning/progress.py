@@ -33,9 +33,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from lightning.pytorch.loops.fit_loop import RestartStage as FitStage
 from lightning.pytorch.loops.training_epoch_loop import RestartStage as EpochStage
+from lightning.pytorch.utilities import rank_zero_warn
 
 from lightning_resumable_data._progress import BatchPosition
 from lightning_resumable_data.loader import StatefulDataLoader
+from lightning_resumable_data.state import ResumeWarning
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
@@ -50,6 +52,7 @@ __all__ = [
     "resume_mismatch",
     "trained_position",
     "training_loader",
+    "warn_no_loader",
 ]
 
 _COUNTS = ("ready", "started", "processed", "completed")
@@ -249,6 +252,18 @@ def training_loader(trainer: pl.Trainer) -> StatefulDataLoader | None:
         if isinstance(candidate, StatefulDataLoader):
             return candidate
     return None
+
+
+def warn_no_loader() -> None:
+    """Warn that the trainer's training loaders hold none of this package's loaders."""
+    rank_zero_warn(
+        "ResumableDataCallback found no lightning_resumable_data.StatefulDataLoader "
+        "among the training loaders, so it cannot keep the data position exact: a "
+        "resume replays or skips what a plain DataLoader does. Use "
+        "ResumableDataModule, or return a lightning_resumable_data.StatefulDataLoader "
+        "from train_dataloader.",
+        category=ResumeWarning,
+    )
 
 
 def record_batch(

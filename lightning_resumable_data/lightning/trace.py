@@ -25,7 +25,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from lightning_resumable_data.index.partition import samples_per_rank
+from lightning_resumable_data.index.skips import skipped
 from lightning_resumable_data.lightning.history import DataHistory, StepBatch
+from lightning_resumable_data.samplers._distributed_state import skipping
 from lightning_resumable_data.samplers._rank_order import Order
 from lightning_resumable_data.samplers.distributed import DistributedSampler
 from lightning_resumable_data.samplers.mixture import MixtureSampler
@@ -109,10 +111,20 @@ def trace_step(
         if bad:
             raise ValueError(f"ranks {bad} are outside the world of step {step} ({batch.world}).")
         if batch.epoch not in orders:  # an epoch's order once (randperm builds the epoch)
-            orders[batch.epoch] = sampler._order(batch.epoch)
-        order = orders[batch.epoch]
-        traced.append(TracedBatch(batch, tuple(_rank(sampler, order, batch, r) for r in wanted)))
+            orders[batch.epoch] = _epoch_order(sampler, history, batch.epoch)
+        view = orders[batch.epoch]
+        traced.append(TracedBatch(batch, tuple(_rank(sampler, view, batch, r) for r in wanted)))
     return traced
+
+
+def _epoch_order(
+    sampler: DistributedSampler, history: DataHistory, epoch: int
+) -> tuple[Order, int]:
+    """``epoch``'s order as it was read (less its skipped steps) and its length."""
+    order, ranges = sampler._order(epoch), history.skips.get(epoch) or sampler.skips.get(epoch)
+    if not ranges:
+        return order, sampler.epoch_length
+    return skipping(order, ranges), sampler.epoch_length - skipped(ranges)
 
 
 def replay_changes(sampler: DistributedSampler, history: DataHistory) -> None:
@@ -161,26 +173,28 @@ def find_sample(sampler: DistributedSampler, history: DataHistory, index: int) -
             "finding a sample follows single datasets for now; a mixture's order has no "
             "inverse here yet. Trace the steps around it with lrd trace instead."
         )
-    length = sampler.epoch_length
-    if not 0 <= index < length:
-        raise ValueError(f"sample {index} is out of range for a dataset of {length} samples.")
+    if not 0 <= index < sampler.epoch_length:
+        raise ValueError(
+            f"sample {index} is out of range for a dataset of {sampler.epoch_length} samples."
+        )
     found, finished = [], history.finished_steps
     if finished is None:
         return []
     for epoch in history.epochs:
-        order = np.asarray(sampler._order(epoch)(np.arange(length, dtype=np.int64)))
+        lookup, length = _epoch_order(sampler, history, epoch)
+        order = np.asarray(lookup(np.arange(length, dtype=np.int64)))
         for position in np.flatnonzero(order == index).tolist():
             for padded in (position, position + length):  # the padded tail wraps around
                 for step, batch in history.batches_at(epoch, padded):
                     j, rank = divmod(padded - batch.consumed, batch.world)
-                    if step <= finished[1] and j < _count(sampler, batch, rank):
+                    if step <= finished[1] and j < _count(sampler, length, batch, rank):
                         found.append(Occurrence(epoch, step, rank, padded))
     return found
 
 
-def _count(sampler: DistributedSampler, batch: StepBatch, rank: int) -> int:
-    """Rank ``rank``'s samples in ``batch``."""
-    length, start, world = sampler.epoch_length, batch.consumed, batch.world
+def _count(sampler: DistributedSampler, length: int, batch: StepBatch, rank: int) -> int:
+    """Rank ``rank``'s samples in ``batch`` of an epoch of ``length`` positions."""
+    start, world = batch.consumed, batch.world
     # every rank reads the same count: the epoch's ragged tail is padded (or dropped) ...
     left = samples_per_rank(length - start, world, sampler.drop_last)
     if batch.limit is not None and batch.limit < start + left * world:
@@ -188,9 +202,12 @@ def _count(sampler: DistributedSampler, batch: StepBatch, rank: int) -> int:
     return min(batch.batch_size, left)
 
 
-def _rank(sampler: DistributedSampler, order: Order, batch: StepBatch, rank: int) -> RankSamples:
-    """Rank ``rank``'s samples of ``batch``; ``order``: its epoch's order."""
-    length, count = sampler.epoch_length, _count(sampler, batch, rank)
+def _rank(
+    sampler: DistributedSampler, view: tuple[Order, int], batch: StepBatch, rank: int
+) -> RankSamples:
+    """Rank ``rank``'s samples of ``batch``; ``view``: its epoch's order and length."""
+    order, length = view
+    count = _count(sampler, length, batch, rank)
     positions = batch.consumed + rank + batch.world * np.arange(count, dtype=np.int64)
     indices = np.asarray(order(positions % max(length, 1)), dtype=np.int64)
     if isinstance(sampler, MixtureSampler):

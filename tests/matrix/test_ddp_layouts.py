@@ -77,6 +77,23 @@ def test_resumed_on_another_number_of_processes(
         assert batches((before + after).ranks) == batches(uninterrupted.ranks)
 
 
+def test_skipped_steps_of_two_processes_resumed_on_one(runs: Runs) -> None:
+    """Steps 6 to 9 (straddling epoch 0's end) cut on 2 ranks; resumed on 1 with batch 8."""
+    reference = ledger(runs.reference("default", 4, devices=2))
+    skipped = runs.run(runs.root / "skip-2", ["--devices", "2", "--skip-steps", "6:10"])
+    whole = ledger(skipped)
+    # the same global stream less the 4 steps' samples (2 ranks x 4 each), in order
+    assert whole.stream() == reference.cut(6).stream() + reference.stream()[80:]
+    assert len(whole.stream()) == len(reference.stream()) - 32
+    for ckpt_step, extra in ((4, ["--skip-steps", "6:10"]), (14, [])):  # before and after
+        checkpoint = skipped / "ckpt" / f"step={ckpt_step}.ckpt"
+        args = ["--devices", "1", "--batch-size", "8", "--ckpt", str(checkpoint), *extra]
+        after = ledger(runs.run(runs.root / f"skip-resumed-{ckpt_step}", args))
+        assert whole.cut(ckpt_step).stream() + after.stream() == whole.stream()
+    last = max((skipped / "ckpt").glob("step=*.ckpt"), key=_step_of)
+    _assert_traced(whole, last)
+
+
 def _step_of(checkpoint: Path) -> int:
     return int(checkpoint.stem.split("=")[1].split("-")[0])
 

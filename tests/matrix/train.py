@@ -141,6 +141,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--step-sleep", type=float, default=0.0)
     parser.add_argument("--evaluate", choices=("test", "validate"), help="after the fit")
     parser.add_argument("--evaluate-step", type=int, help="evaluate ckpt/step=<k>.ckpt")
+    parser.add_argument("--skip-steps", help="A:B: ResumableDataCallback(skip_steps=[(A, B)])")
     parser.add_argument(
         "--then",
         choices=("same", "new", "new-ckpt"),
@@ -225,7 +226,9 @@ def make_trainer(args: argparse.Namespace, phases: list[MixturePhase]) -> pl.Tra
         callbacks.append(Stop(args.stop, args.stop_step))
     if args.step_sleep:
         callbacks.append(Slow(args.step_sleep))
-    data_callback = ResumableDataCallback(phases=phases, log_every_n_steps=0)
+    first, stop = map(int, (args.skip_steps or "0:1").split(":"))
+    skips = [(first, stop)] if args.skip_steps else []
+    data_callback = ResumableDataCallback(phases=phases, log_every_n_steps=0, skip_steps=skips)
     if args.callback == "after":
         callbacks.append(data_callback)
     elif args.callback == "before":

@@ -1,0 +1,207 @@
+"""Skipped steps: the data of optimizer steps ``[A, B)`` cut from the order, never read.
+
+``ResumableDataCallback(skip_steps=[(A, B)])`` (and ``lrd skip``) turns trainer steps into
+positions of the epochs' orders, from where the fit starts: step ``A`` then trains what
+step ``B`` would have, and the model's step counter goes on (steps are counted as the
+trainer counts them). The cut is made in the sampler's order
+(:meth:`~lightning_resumable_data.DistributedSampler.skip_positions`), so the position
+stays a prefix of what is read, the skip is saved with the data state, and every later
+resume, on any world or batch size, keeps it. Lightning's batch count of an epoch is
+restated to the epoch that remains.
+
+Example:
+    >>> check_skip_steps([(5, 8), range(20, 22)])
+    [(5, 8), (20, 22)]
+    >>> step_ranges((5, 8), step=2, epoch=0, batch=2, accumulate=1, batches=lambda e: 10)
+    [(0, 5, 8)]
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import lightning.pytorch as pl
+
+    from lightning_resumable_data.lightning.history import DataHistory
+    from lightning_resumable_data.loader import StatefulDataLoader
+
+__all__ = ["apply_skips", "check_skip_steps", "epoch_batches", "restate_epoch", "step_ranges"]
+
+
+def check_skip_steps(value: Iterable[Any]) -> list[tuple[int, int]]:
+    """``skip_steps`` as sorted ``(start, stop)`` step ranges; a ``ValueError`` names a bad one."""
+    ranges = []
+    for item in value:
+        pair = (item.start, item.stop) if isinstance(item, range) else item
+        if (
+            not isinstance(pair, Sequence)
+            or len(pair) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) for v in pair)
+            or not 0 <= pair[0] < pair[1]
+            or (isinstance(item, range) and item.step != 1)
+        ):
+            raise ValueError(
+                f"skip_steps: {item!r} is not a step range; give (start, stop) pairs of "
+                "optimizer steps with 0 <= start < stop (stop excluded), e.g. "
+                "skip_steps=[(41300, 41340)] or [range(41300, 41340)]."
+            )
+        ranges.append((int(pair[0]), int(pair[1])))
+    return sorted(ranges)
+
+
+def epoch_batches(
+    size: int, *, world: int, batch_size: int, drop_last: bool, sampler_drop_last: bool,
+    limit: int | None,
+) -> int:  # fmt: skip
+    """Batches a trainer takes from an epoch of ``size`` positions (``limit``: in samples).
+
+    Example:
+        >>> epoch_batches(10, world=2, batch_size=2, drop_last=False, sampler_drop_last=False,
+        ...               limit=None)
+        3
+    """
+    per_rank = size // world if sampler_drop_last else -(-size // world)
+    batches = per_rank // batch_size if drop_last else -(-per_rank // batch_size)
+    if limit is not None:
+        batches = min(batches, math.ceil(limit / (world * batch_size)))
+    return batches
+
+
+def step_ranges(
+    steps: tuple[int, int],
+    *,
+    step: int,
+    epoch: int,
+    batch: int,
+    accumulate: int,
+    batches: Callable[[int], int],
+    step_samples: int = 1,
+) -> list[tuple[int, int, int]]:
+    """``(epoch, start, stop)``: the positions the optimizer steps ``[A, B)`` would read.
+
+    From a fit at optimizer ``step``, about to train batch ``batch`` of ``epoch``;
+    ``batches(e)`` is the batch count of epoch ``e`` (an epoch's last step may have fewer
+    than ``accumulate`` batches, as Lightning steps at an epoch's end). Positions are in
+    global samples (``step_samples`` a batch); a range ending at an epoch's last batch
+    ends at ``batches(e) * step_samples`` (the caller caps it at the epoch's size).
+
+    Raises:
+        ValueError: ``A`` is before ``step`` (those steps are trained already).
+    """
+    first, stop = steps
+    if first < step:
+        raise ValueError(
+            f"Cannot skip steps [{first}, {stop}): the fit starts at step {step}, so step "
+            f"{first} is trained already. Resume from a checkpoint written before step "
+            f"{first}, or skip from step {step} on."
+        )
+    found = []
+    while step < stop:
+        count = batches(epoch)
+        base = batch // accumulate  # steps of this epoch before the fit's batch
+        steps_left = -(-count // accumulate) - base
+        lo = max(batch, (first - step + base) * accumulate)
+        hi = min(count, (stop - step + base) * accumulate)
+        if lo < hi:
+            found.append((epoch, lo * step_samples, hi * step_samples))
+        step += max(steps_left, 0)
+        epoch, batch = epoch + 1, 0
+        if count == 0:
+            break  # an empty epoch: nothing further to walk
+    return found
+
+
+def _batches_of(loader: StatefulDataLoader, limit: bool = True) -> Callable[[int], int]:
+    """Epoch -> batches the loader's layout takes from it (with the trainer's limit)."""
+    sampler: Any = loader.position_sampler
+    return lambda epoch: epoch_batches(
+        sampler.epoch_size(epoch),
+        world=sampler.num_replicas,
+        batch_size=int(loader.batch_size or 1),
+        drop_last=loader.drop_last,
+        sampler_drop_last=sampler.drop_last,
+        limit=loader.epoch_limit if limit else None,
+    )
+
+
+def apply_skips(
+    trainer: pl.Trainer,
+    loader: StatefulDataLoader,
+    requested: Sequence[tuple[int, int]],
+    history: DataHistory,
+) -> None:
+    """Cut the data of the requested steps not cut yet, from where the fit starts.
+
+    Called at the fit's start, after the position is restored and Lightning's counters are
+    aligned with it, before anything is read; ``history`` records what is cut.
+
+    Raises:
+        ValueError: A step before the fit's start, or a loader whose sampler cannot skip.
+    """
+    todo = [steps for steps in requested if list(steps) not in history.skipped_steps]
+    sampler: Any = loader.position_sampler
+    if not todo:
+        return
+    if sampler is None or not hasattr(sampler, "skip_positions"):
+        raise ValueError(
+            "skip_steps needs the training loader of a ResumableDataModule (or a "
+            "StatefulDataLoader over this package's DistributedSampler or ShardedSampler)."
+        )
+    state = loader.state_dict()
+    epoch, consumed = int(state["epoch"]), int(state["consumed"])
+    step_samples = loader.samples_per_step
+    batches = _batches_of(loader)
+    for steps in todo:
+        where = {
+            "step": int(trainer.global_step),
+            "epoch": epoch,
+            "batch": consumed // step_samples,
+        }
+        ranges = step_ranges(
+            steps,
+            **where,
+            accumulate=int(trainer.accumulate_grad_batches),
+            batches=batches,
+            step_samples=step_samples,
+        )
+        for cut_epoch, start, stop in ranges:
+            stop = min(stop, sampler.epoch_size(cut_epoch))
+            if start < stop:
+                sampler.skip_positions(cut_epoch, start, stop)
+                history.note_skips(cut_epoch, sampler.skips[cut_epoch])
+        history.skipped_steps.append(list(steps))
+    _restate(trainer, loader, epoch)
+
+
+def restate_epoch(trainer: pl.Trainer, loader: StatefulDataLoader, history: DataHistory) -> None:
+    """At an epoch's start: Lightning's batch count of it, if the run has cut any steps."""
+    if history.skips:
+        _restate(trainer, loader, loader.epoch)
+
+
+def _restate(trainer: pl.Trainer, loader: StatefulDataLoader, epoch: int) -> None:
+    """Lightning's batch count of ``epoch``, restated to the epoch that remains after skips.
+
+    Lightning measures an epoch's length once per fit; an epoch with a cut is shorter, the
+    ones after it are whole again. The sampler moves to ``epoch`` now (it would at the
+    epoch's first read), so the loader's ``len`` is that epoch's too.
+    """
+    from lightning.pytorch.trainer.connectors.data_connector import _parse_num_batches
+    from lightning.pytorch.trainer.states import RunningStage
+
+    sampler: Any = loader.position_sampler
+    if sampler.epoch != epoch:
+        sampler.lock_epoch(epoch)
+    whole = _batches_of(loader, limit=False)(epoch)
+    count = _parse_num_batches(RunningStage.TRAINING, whole, trainer.limit_train_batches)
+    fit: Any = trainer.fit_loop
+    combined = getattr(fit, "_combined_loader", None)
+    if combined is None or len(combined.flattened) != 1:
+        return
+    combined.limits = [count]
+    fit.max_batches = count
+    if isinstance(trainer.val_check_interval, float) and trainer.val_check_batch is not None:
+        trainer.val_check_batch = max(1, int(count * trainer.val_check_interval))

@@ -1,0 +1,195 @@
+"""``ResumableDataCallback(skip_steps=...)``: the data of those steps is never read, exactly.
+
+Real ``Trainer`` runs of a ``ResumableDataModule`` as the docs show it, against the same run
+without the skip: the skip run trains the baseline's batches minus those of the skipped
+steps, in order, over several epochs; the skipped samples are never read (the dataset counts
+its reads); a resume, on another batch size, from before or after the skip gives the same
+batches; ``lrd trace`` names the skip run's steps.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import pytest
+import torch
+
+from lightning_resumable_data import ResumableDataCallback, ResumableDataModule
+from lightning_resumable_data.cli import main
+from lightning_resumable_data.cli.trace import trace
+
+N = 40
+
+
+class Counted(torch.utils.data.Dataset[int]):
+    """``range(N)`` that notes every index it reads."""
+
+    def __init__(self) -> None:
+        self.reads: list[int] = []
+
+    def __len__(self) -> int:
+        return N
+
+    def __getitem__(self, index: int) -> int:
+        self.reads.append(int(index))
+        return int(index)
+
+
+class Recorder(pl.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(1, 1)
+        self.ledger: dict[int, list[list[int]]] = defaultdict(list)
+
+    def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
+        self.ledger[self.trainer.global_step].append(batch.tolist())
+        loss: torch.Tensor = self.layer(batch.float().view(-1, 1)).sum() * 0.0
+        return loss
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.0)
+
+
+def _fit(
+    root: Path,
+    callbacks: list[pl.Callback],
+    batch_size: int = 4,
+    ckpt: Path | None = None,
+    save: Path | None = None,
+    **trainer: Any,
+) -> tuple[Recorder, Counted]:
+    dataset, model = Counted(), Recorder()
+    fit = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        default_root_dir=root,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=callbacks,
+        **{"max_epochs": 3, **trainer},
+    )
+    fit.fit(model, datamodule=ResumableDataModule(dataset, batch_size=batch_size), ckpt_path=ckpt)
+    if save is not None:
+        fit.save_checkpoint(save)
+    return model, dataset
+
+
+def _samples(ledger: dict[int, list[list[int]]]) -> list[int]:
+    return [i for step in sorted(ledger) for batch in ledger[step] for i in batch]
+
+
+def test_skipped_steps_are_cut_from_the_baseline_and_never_read(tmp_path: Path) -> None:
+    baseline, _ = _fit(tmp_path, [])
+    assert sorted(baseline.ledger) == list(range(30))  # 10 steps an epoch, 3 epochs
+    # steps 8..12 straddle the end of epoch 0; trainer steps 18, 19 of the skip run are
+    # baseline steps 23, 24 (5 steps were cut before them): the model's count goes on
+    skipping = ResumableDataCallback(skip_steps=[(8, 13), range(18, 20)])
+    model, dataset = _fit(tmp_path, [skipping])
+    cut = {8, 9, 10, 11, 12, 23, 24}
+    expected = _samples({s: b for s, b in baseline.ledger.items() if s not in cut})
+    assert _samples(model.ledger) == expected
+    assert sorted(model.ledger) == list(range(23))
+    # nothing but what was trained was read: the skipped samples' reads never happened
+    assert sorted(dataset.reads) == sorted(expected)
+
+
+@pytest.mark.parametrize("resume_batch", [4, 2])
+def test_a_resume_keeps_the_skip_on_another_batch_size(tmp_path: Path, resume_batch: int) -> None:
+    skipping = [(8, 13)]
+    whole, _ = _fit(tmp_path / "whole", [ResumableDataCallback(skip_steps=skipping)])
+    # stopped before the skip: the resumed fit cuts it (the same code, the same argument)
+    before = tmp_path / "before.ckpt"
+    first, _ = _fit(
+        tmp_path / "a", [ResumableDataCallback(skip_steps=skipping)], max_steps=5, save=before
+    )
+    # ... and stopped after it, at step 9 of the skip run: the checkpoint carries the cut
+    after = tmp_path / "after.ckpt"
+    second, _ = _fit(
+        tmp_path / "b", [ResumableDataCallback(skip_steps=skipping)], max_steps=9, save=after
+    )
+    for ckpt, head in ((before, first), (after, second)):
+        rest, _ = _fit(
+            tmp_path / "r",
+            [ResumableDataCallback(skip_steps=skipping)],
+            batch_size=resume_batch,
+            ckpt=ckpt,
+        )
+        assert _samples(head.ledger) + _samples(rest.ledger) == _samples(whole.ledger)
+    # a checkpoint after the cut resumed without skip_steps keeps it as well
+    rest, _ = _fit(tmp_path / "r2", [ResumableDataCallback()], batch_size=resume_batch, ckpt=after)
+    assert _samples(second.ledger) + _samples(rest.ledger) == _samples(whole.ledger)
+
+
+def test_a_skip_of_steps_already_trained_is_refused(tmp_path: Path) -> None:
+    ckpt = tmp_path / "five.ckpt"
+    _fit(tmp_path, [], max_steps=5, save=ckpt)
+    with pytest.raises(ValueError, match=r"Cannot skip steps \[2, 4\): the fit starts at step 5"):
+        _fit(tmp_path, [ResumableDataCallback(skip_steps=[(2, 4)])], ckpt=ckpt)
+    with pytest.raises(ValueError, match="is not a step range"):
+        ResumableDataCallback(skip_steps=[(4, 2)])
+
+
+def test_trace_names_what_the_skip_run_trained(tmp_path: Path) -> None:
+    last = tmp_path / "last.ckpt"
+    model, _ = _fit(tmp_path, [ResumableDataCallback(skip_steps=[(3, 6), (14, 16)])], save=last)
+    for step, batches in model.ledger.items():
+        (traced,) = trace(last, step)["batches"]
+        assert traced["ranks"][0]["indices"] == batches[0], step
+
+
+@pytest.mark.parametrize("resume_batch", [4, 2])
+def test_lrd_skip_writes_a_checkpoint_that_resumes_past_the_steps(
+    tmp_path: Path, resume_batch: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    whole, _ = _fit(tmp_path / "whole", [ResumableDataCallback(skip_steps=[(8, 13), (18, 20)])])
+    five = tmp_path / "five.ckpt"
+    head, _ = _fit(tmp_path / "a", [], max_steps=5, save=five)
+    edited = tmp_path / "skipped.ckpt"
+    argv = ["skip", str(five), "--steps", "8:13", "--steps", "18:20", "-o", str(edited)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "(step 5; 1 rank x batch 4, accumulating 1)" in out, out
+    assert "steps 8 to 12, 18 to 19 cut: epoch 0, positions 32 to 39 (8 samples); epoch 1, " in out
+    rest, dataset = _fit(tmp_path / "r", [], batch_size=resume_batch, ckpt=edited)
+    assert _samples(head.ledger) + _samples(rest.ledger) == _samples(whole.ledger)
+    assert sorted(dataset.reads) == sorted(_samples(rest.ledger))  # nothing cut was read
+    # the same request again (or passed to the callback as well) cuts nothing more
+    again = tmp_path / "again.ckpt"
+    assert main(["skip", str(edited), "--steps", "8:13", "-o", str(again)]) == 0
+    assert "nothing new to cut" in capsys.readouterr().out
+    rest, _ = _fit(
+        tmp_path / "r2",
+        [ResumableDataCallback(skip_steps=[(8, 13), (18, 20)])],
+        batch_size=resume_batch,
+        ckpt=again,
+    )
+    assert _samples(head.ledger) + _samples(rest.ledger) == _samples(whole.ledger)
+
+
+def test_lrd_skip_refuses_what_it_cannot_cut(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    five = tmp_path / "five.ckpt"
+    _fit(tmp_path, [], max_steps=5, save=five)
+    out = str(tmp_path / "x.ckpt")
+    assert main(["skip", str(five), "--steps", "2:4", "-o", out]) == 2
+    assert "step 2 is trained already" in capsys.readouterr().err
+    assert main(["skip", str(five), "--steps", "9-12", "-o", out]) == 2
+    assert "is not a step range" in capsys.readouterr().err
+    assert main(["skip", str(five), "--steps", "9:12", "-o", str(five)]) == 2
+    assert "-o must name a new file" in capsys.readouterr().err
+
+
+def test_lrd_inspect_shows_the_cut(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    last = tmp_path / "last.ckpt"
+    _fit(tmp_path, [ResumableDataCallback(skip_steps=[(8, 13)])], max_steps=12, save=last)
+    assert main(["inspect", str(last)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert (
+        "the data of steps 8 to 12 is cut (8 samples of epoch 0, 12 samples of epoch 1)" in out
+    ), out
