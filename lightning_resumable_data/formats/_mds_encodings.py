@@ -14,13 +14,13 @@ from __future__ import annotations
 import functools
 import json
 import pickle
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from decimal import Decimal
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, Protocol
 
 import numpy as np
 
-__all__ = ["Column", "mds_column", "mds_pil_args"]
+__all__ = ["Column", "mds_column", "mds_columns", "mds_pil_args"]
 
 Decoder = Callable[[memoryview], Any]
 
@@ -222,3 +222,36 @@ def mds_column(name: str, encoding: str, allow_unsafe_types: bool = False) -> Co
         f"(MDS 0.13's encodings are: {', '.join(KNOWN)}). Rewrite the column with one of "
         "them, or read this dataset with mosaicml-streaming."
     )
+
+
+class _Columns(Protocol):
+    @property
+    def column_names(self) -> Sequence[str]: ...
+    @property
+    def column_encodings(self) -> Sequence[str]: ...
+    @property
+    def column_sizes(self) -> Sequence[int | None]: ...
+
+
+def mds_columns(shard: _Columns, allow_unsafe_types: bool, where: str) -> tuple[Column, ...]:
+    """The columns of a shard (an ``MDSShardInfo``), checked against the index's sizes.
+
+    ``ValueError`` naming the shard ``where`` for an encoding this reader does not decode, or
+    a column size the encoding contradicts.
+    """
+    names, encodings = shard.column_names, shard.column_encodings
+    try:
+        columns = tuple(
+            mds_column(name, encoding, allow_unsafe_types)
+            for name, encoding in zip(names, encodings, strict=True)
+        )
+    except ValueError as error:
+        raise ValueError(f"MDS shard {where!r}: {error}") from None
+    for column, size in zip(columns, shard.column_sizes, strict=True):
+        if column.size != size:
+            raise ValueError(
+                f"MDS shard {where!r}: column {column.name!r} ({column.encoding}) has "
+                f"column_size {size} in the index, but that encoding's values are "
+                f"{column.size or 'variable'} bytes. The index is corrupt: rewrite it."
+            )
+    return columns

@@ -10,14 +10,51 @@ operations over all samples, and names the first sample that breaks the layout.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 from numpy.typing import NDArray
 
 from lightning_resumable_data.formats._mds_encodings import Column
+from lightning_resumable_data.formats._mds_index import decompress
 
-__all__ = ["column_bounds"]
+__all__ = ["check_size", "column_bounds", "read_shard"]
+
+
+def check_size(path: str, expected: int) -> None:
+    """``FileNotFoundError``/``ValueError`` unless the file ``path`` has ``expected`` bytes."""
+    try:
+        size = os.stat(path).st_size
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"MDS shard file {path!r} does not exist, but its index lists it. Restore it, or "
+            "rewrite the dataset with MDSWriter."
+        ) from None
+    if size != expected:
+        raise ValueError(
+            f"MDS shard file {path!r} has {size} bytes, but its index says {expected}: it was "
+            "truncated or rewritten after the index. Restore it or rewrite the dataset."
+        )
+
+
+def read_shard(
+    path: str, compression: str | None, raw_bytes: int, preload: bool
+) -> NDArray[np.uint8]:
+    """The uncompressed bytes of the shard file ``path``: decompressed, read or mapped."""
+    if compression is not None:
+        raw = decompress(compression, Path(path).read_bytes(), path)
+        if len(raw) != raw_bytes:
+            raise ValueError(
+                f"MDS shard file {path!r} decompresses to {len(raw)} bytes, but its index "
+                f"says {raw_bytes}: the file is corrupt; restore it."
+            )
+        return np.frombuffer(raw, np.uint8)
+    if preload:
+        return np.fromfile(path, np.uint8)
+    mapped: NDArray[np.uint8] = np.memmap(path, np.uint8, "r").view(np.ndarray)
+    return mapped
 
 
 def _corrupt(path: str, problem: str) -> ValueError:

@@ -1,13 +1,9 @@
 """MosaicML Streaming's MDS shards, read natively: random access by sample, no conversion.
 
 ``open_mds(directory)`` reads an MDS dataset's ``index.json`` and returns one
-:class:`MDSShardReader` per shard, for :class:`~lightning_resumable_data.shards.
-DistributedShardedDataset` or :class:`~lightning_resumable_data.shards.ShardedDataLoader`;
-mosaicml-streaming itself is not needed. A shard file (the layout of Streaming's
-``MDSWriter``) is ``[samples: u32] [offsets: (samples + 1) * u32] [the writer's config
-JSON] [samples]``, offsets counted from the start of the file; a sample is the ``u32``
-sizes of its variable-size columns, then every column's bytes, in the index's column order.
-A compressed shard (``zip_data``) is decompressed once, when it is loaded.
+:class:`MDSShardReader` per shard (for ``DistributedShardedDataset`` or
+``ShardedDataLoader``); mosaicml-streaming itself is not needed. The shard layout is in
+:mod:`~lightning_resumable_data.formats._mds_layout`, the encodings in ``_mds_encodings``.
 
 A sample is a ``dict`` of column name to value, decoded as MDS decodes it: ``int`` and
 ``str_int`` give ``int``; ``int8`` ... ``float64`` NumPy scalars; ``str_float`` ``float``;
@@ -28,13 +24,9 @@ from typing import Any, NamedTuple, cast
 import numpy as np
 from numpy.typing import NDArray
 
-from lightning_resumable_data.formats._mds_encodings import mds_column, mds_pil_args
-from lightning_resumable_data.formats._mds_index import (
-    MDSShardInfo,
-    decompress,
-    read_mds_index,
-)
-from lightning_resumable_data.formats._mds_layout import column_bounds
+from lightning_resumable_data.formats._mds_encodings import mds_columns, mds_pil_args
+from lightning_resumable_data.formats._mds_index import MDSShardInfo, read_mds_index
+from lightning_resumable_data.formats._mds_layout import check_size, column_bounds, read_shard
 from lightning_resumable_data.shards.protocol import check_index, check_range
 
 __all__ = ["MDSShardInfo", "MDSShardReader", "mds_pil_args", "open_mds", "read_mds_index"]
@@ -44,6 +36,7 @@ Sample = dict[str, Any]
 
 class _Loaded(NamedTuple):
     path: str  # the file read
+    size: int  # its size
     data: NDArray[np.uint8]  # the uncompressed shard
     view: memoryview  # of ``data``, sliced per value
     bounds: NDArray[np.int64]  # (samples, columns + 1): column c of sample i is [b[i,c], b[i,c+1])
@@ -56,7 +49,7 @@ class MDSShardReader:
     refused here). :meth:`load` reads the shard file (decompressing a ``zip_data`` file once),
     checks its size against the index and every sample's offsets and column sizes against
     each other (vectorised), and keeps it in memory (``preload``) or mapped. A compressed
-    shard whose uncompressed file is present (Streaming's local cache) is read uncompressed.
+    shard with only its uncompressed file (Streaming's local cache) is read from that.
 
     Args:
         directory: The directory of the dataset's ``index.json`` (file names are relative
@@ -96,21 +89,7 @@ class MDSShardReader:
         self.info = shard if isinstance(shard, MDSShardInfo) else MDSShardInfo.from_json(shard)
         self.preload = bool(preload)
         self.allow_unsafe_types = bool(allow_unsafe_types)
-        names, encodings = self.info.column_names, self.info.column_encodings
-        try:
-            self.columns = tuple(
-                mds_column(name, encoding, self.allow_unsafe_types)
-                for name, encoding in zip(names, encodings, strict=True)
-            )
-        except ValueError as error:
-            raise ValueError(f"MDS shard {self._where()!r}: {error}") from None
-        for column, size in zip(self.columns, self.info.column_sizes, strict=True):
-            if column.size != size:
-                raise ValueError(
-                    f"MDS shard {self._where()!r}: column {column.name!r} ({column.encoding}) "
-                    f"has column_size {size} in the index, but that encoding's values are "
-                    f"{column.size or 'variable'} bytes. The index is corrupt: rewrite it."
-                )
+        self.columns = mds_columns(self.info, self.allow_unsafe_types, self._where())
         self._vector = [c for c, column in enumerate(self.columns) if column.dtype is not None]
         self.loads = 0  # how many times load() really loaded (for tests and stats)
         self._opened = False
@@ -148,6 +127,14 @@ class MDSShardReader:
         """Whether the shard has been loaded (and checked) since construction."""
         return self._opened
 
+    def open(self) -> None:
+        """Check the shard file's size against the index now, without loading it.
+
+        Afterwards a resume checks this shard (see :meth:`check`) even if it was never loaded.
+        """
+        check_size(*self._source()[:2])
+        self._opened = True
+
     @property
     def loaded(self) -> bool:
         """Whether the shard is resident."""
@@ -162,38 +149,13 @@ class MDSShardReader:
         loaded = self._loaded
         if loaded is None:
             path, expected, compression = self._source()
-            self._check_size(path, expected)
-            if compression is not None:
-                raw = decompress(compression, Path(path).read_bytes(), path)
-                if len(raw) != self.info.raw_bytes:
-                    raise ValueError(
-                        f"MDS shard file {path!r} decompresses to {len(raw)} bytes, but its "
-                        f"index says {self.info.raw_bytes}: the file is corrupt; restore it."
-                    )
-                data = np.frombuffer(raw, np.uint8)
-            elif self.preload:
-                data = np.fromfile(path, np.uint8)
-            else:
-                data = np.memmap(path, np.uint8, "r").view(np.ndarray)
+            check_size(path, expected)
+            data = read_shard(path, compression, self.info.raw_bytes, self.preload)
             bounds = column_bounds(data, len(self), self.columns, path)
-            loaded = self._loaded = _Loaded(path, data, memoryview(data.data), bounds)
+            loaded = self._loaded = _Loaded(path, expected, data, memoryview(data.data), bounds)
             self._opened = True
             self.loads += 1
         return loaded
-
-    def _check_size(self, path: str, expected: int) -> None:
-        try:
-            size = os.stat(path).st_size
-        except FileNotFoundError:
-            raise FileNotFoundError(
-                f"MDS shard file {path!r} does not exist (listed in the index of "
-                f"{self._directory!r}). Restore it, or rewrite the dataset with MDSWriter."
-            ) from None
-        if size != expected:
-            raise ValueError(
-                f"MDS shard file {path!r} has {size} bytes, but its index says {expected}: it "
-                "was truncated or rewritten after the index. Restore it or rewrite the dataset."
-            )
 
     def close(self) -> None:
         """Release the shard's memory or mapping. Idempotent."""
@@ -205,11 +167,7 @@ class MDSShardReader:
         The file loaded (else the one :meth:`load` would read) is compared with the index.
         """
         loaded = self._loaded
-        if loaded is not None:
-            expected = self.info.raw_bytes if loaded.path == self._where() else self.info.zip_bytes
-            self._check_size(loaded.path, int(expected or 0))
-        else:
-            self._check_size(*self._source()[:2])
+        check_size(*(self._source()[:2] if loaded is None else (loaded.path, loaded.size)))
 
     def _decode(self, loaded: _Loaded, index: int, c: int) -> Any:
         column, bounds = self.columns[c], loaded.bounds
@@ -223,10 +181,20 @@ class MDSShardReader:
                 f"{type(error).__name__}: {error}. The shard is corrupt: restore or rewrite it."
             ) from error
 
+    def _data_for(self, index: int) -> _Loaded:
+        """The loaded shard, loading it for sample ``index`` (named if that fails)."""
+        loaded = self._loaded
+        if loaded is not None:
+            return loaded
+        try:
+            return self._data()
+        except (OSError, ValueError) as error:
+            raise type(error)(f"cannot read sample {index}: {error}") from error
+
     def read(self, index: int) -> Sample:
         """Sample ``index``: a ``dict`` of column name to decoded value."""
         index = check_index(self.name, index, len(self))
-        loaded = self._data()
+        loaded = self._data_for(index)
         return {
             column.name: self._decode(loaded, index, c) for c, column in enumerate(self.columns)
         }
@@ -237,7 +205,7 @@ class MDSShardReader:
         if indices.size and (indices.min() < 0 or indices.max() >= len(self)):
             bad = indices[(indices < 0) | (indices >= len(self))][0]
             check_index(self.name, int(bad), len(self))  # raises the IndexError naming it
-        loaded = self._data()
+        loaded = self._data_for(int(indices[0])) if indices.size else self._data()
         gathered: list[list[Any] | None] = [None] * len(self.columns)
         for c in self._vector:  # one gather per fixed-size numeric column
             column = self.columns[c]
@@ -269,15 +237,29 @@ class MDSShardReader:
 
 
 def open_mds(
-    path: str | os.PathLike[str], *, preload: bool = True, allow_unsafe_types: bool = False
+    path: str | os.PathLike[str],
+    *,
+    preload: bool = True,
+    allow_unsafe_types: bool = False,
+    verify: bool = False,
 ) -> list[MDSShardReader]:
     """One :class:`MDSShardReader` per shard of an MDS dataset, from its ``index.json``.
+
+    Only the index is read: 10^4 shards open in milliseconds, and each shard file is
+    checked when it is loaded. ``verify=True`` checks every file's size now instead.
 
     Args:
         path: The dataset's directory (as ``MDSWriter(out=...)`` wrote it, or a local copy
             or Streaming cache of it) or its ``index.json``.
         preload: See :class:`MDSShardReader`.
         allow_unsafe_types: Decode ``pkl`` columns (unpickling runs code named by the data).
+        verify: Check every shard file's size against the index now (a ``stat`` each).
+
+    Raises:
+        FileNotFoundError: No index; with ``verify``, a missing shard file.
+        ValueError: A malformed index, an encoding or compression MDS does not write, a
+            ``pkl`` column without ``allow_unsafe_types``; with ``verify``, a shard file
+            whose size disagrees with the index.
 
     Example:
         >>> import json, tempfile
@@ -295,7 +277,11 @@ def open_mds(
         [[{'s': 'hi', 'x': 7}]]
     """
     directory, shards = read_mds_index(path)
-    return [
+    readers = [
         MDSShardReader(directory, info, preload=preload, allow_unsafe_types=allow_unsafe_types)
         for info in shards
     ]
+    if verify:
+        for reader in readers:
+            reader.open()
+    return readers
