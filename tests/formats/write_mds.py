@@ -114,7 +114,10 @@ def sample_fields(i: int) -> dict[str, Any]:
         "str_int": (-1) ** i * (10**40 + i),  # beyond int64: why str_int exists
         "str_float": float(rng.standard_normal() * 10.0 ** int(rng.integers(-30, 30))),
         "str_decimal": Decimal(f"{i}.{int(rng.integers(0, 10**12)):012d}"),
-        "array": _array(rng, ARRAY_DTYPES[i % len(ARRAY_DTYPES)], shape),
+        # sample 33 (uint8): a dimension past 65535, so MDS stores its shape as uint32
+        "array": _array(
+            rng, ARRAY_DTYPES[i % len(ARRAY_DTYPES)], (2, 66_000) if i == 33 else shape
+        ),
         "array_f32": _array(rng, "float32", shape[::-1]),
         "array_fixed": _array(rng, "int16", (2, 3)),
         "meta": {"i": i, "tags": ["a", "é"][: i % 3], "x": i / 7, "none": None},
