@@ -1,0 +1,1 @@
+"""Readers of the data formats users already have (issue 29)."""
