@@ -1,0 +1,1 @@
+"""Readers of the on-disk formats of other data libraries, each as a shard reader."""

@@ -1,0 +1,1 @@
+"""Tests of the readers of other libraries' formats."""
