@@ -1,4 +1,4 @@
-"""The byte layouts of one LitData chunk: where item ``i``'s bytes are, and inflating them.
+r"""The byte layouts of one LitData chunk: where item ``i``'s bytes are, and inflating them.
 
 A ``PyTreeLoader`` chunk (``litdata/streaming/writer.py``, ``_create_chunk``) is
 ``num_items: u32``, ``offsets: u32[num_items + 1]`` (absolute byte offsets), then the items
@@ -51,13 +51,13 @@ def zstd_decompress(data: bytes, size: int | None = None) -> bytes:
     except ImportError:
         pass
     try:
-        import zstandard  # type: ignore[import-not-found, unused-ignore]
+        import zstandard  # type: ignore[import-not-found, import-untyped, unused-ignore]
 
         return bytes(zstandard.ZstdDecompressor().decompressobj().decompress(data))
     except ImportError:
         pass
     try:
-        import zstd  # type: ignore[import-not-found, unused-ignore]
+        import zstd  # type: ignore[import-not-found, import-untyped, unused-ignore]
 
         return bytes(zstd.decompress(data))
     except ImportError:
@@ -98,7 +98,9 @@ class FramedChunk(Chunk):
         if frame != self._frame:  # one frame inflated at a time: a batch reads it in order
             inflated = zstd_decompress(self.data[start : start + length], size)
             if len(inflated) != size:
-                raise ValueError(f"zstd frame {frame} inflated to {len(inflated)} bytes, not {size}")
+                raise ValueError(
+                    f"zstd frame {frame} inflated to {len(inflated)} bytes, not {size}"
+                )
             self._frame, self._inflated = frame, inflated
         base = self.offsets[first]
         return self._inflated[self.offsets[index] - base : self.offsets[index + 1] - base]
@@ -145,7 +147,9 @@ def parse_chunk(data: bytes, items: int, compression: str | None, level: str) ->
     if data[:8] == FRAMED_MAGIC:
         return _framed(data, items)
     if compression is not None and level == "batch":
-        raise ValueError("index.json says compression_level='batch' but the LDFZ01 magic is missing")
+        raise ValueError(
+            "index.json says compression_level='batch' but the LDFZ01 magic is missing"
+        )
     if len(data) < 4:
         raise ValueError(f"{len(data)} bytes cannot hold a chunk header")
     (count,) = struct.unpack_from("<I", data, 0)
@@ -167,7 +171,8 @@ def _check_offsets(offsets: NDArray[np.int64], start: int, end: int) -> None:
     if offsets[0] != start or (steps < 0).any() or offsets[-1] > end:
         bad = int(np.argmax(steps < 0)) if (steps < 0).any() else len(offsets) - 2
         raise ValueError(
-            f"its offset table is corrupt (item {max(bad, 0)}: offsets {offsets[bad : bad + 2].tolist()},"
+            f"its offset table is corrupt (item {max(bad, 0)}: offsets "
+            f"{offsets[bad : bad + 2].tolist()},"
             f" items must lie in [{start}, {end}])"
         )
 

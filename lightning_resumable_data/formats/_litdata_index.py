@@ -32,6 +32,7 @@ __all__ = ["INDEX_FILE", "LitDataIndex", "read_litdata_index", "serializer_key"]
 INDEX_FILE: Final = "index.json"
 ITEM_LOADERS: Final = ("PyTreeLoader", "TokensLoader")
 _LEVELS: Final = ("chunk", "batch", "sample")
+_TOKEN_LEAVES: Final = ("no_header_numpy", "no_header_tensor")
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +92,8 @@ def read_litdata_index(directory: str | os.PathLike[str]) -> LitDataIndex:
         >>> config = {"data_format": ["int"], "data_spec": None, "compression": None,
         ...           "item_loader": "PyTreeLoader", "encryption": None}
         >>> chunk = {"filename": "chunk-0-0.bin", "chunk_size": 2, "chunk_bytes": 36, "dim": None}
-        >>> _ = (directory / "index.json").write_text(json.dumps({"chunks": [chunk], "config": config}))
+        >>> index_json = json.dumps({"chunks": [chunk], "config": config})
+        >>> _ = (directory / "index.json").write_text(index_json)
         >>> index = read_litdata_index(directory)
         >>> index.files, index.items, index.data_format
         (('chunk-0-0.bin',), (2,), ('int',))
@@ -138,7 +140,7 @@ def read_litdata_index(directory: str | os.PathLike[str]) -> LitDataIndex:
     tree = _tree(path, config.get("data_spec"), len(data_format))
     compression, level = _compression(path, config)
     if loader == "TokensLoader" and (
-        len(data_format) != 1 or serializer_key(data_format[0]) not in ("no_header_numpy", "no_header_tensor")
+        len(data_format) != 1 or serializer_key(data_format[0]) not in _TOKEN_LEAVES
     ):  # fmt: skip
         raise _bad(path, f"a TokensLoader index must have one no_header_numpy/tensor leaf, "
                    f"not {data_format}")  # fmt: skip

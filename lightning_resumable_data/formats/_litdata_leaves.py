@@ -1,16 +1,16 @@
-"""LitData's leaf serializers (decode side) and its serialized pytree ``TreeSpec``.
+r"""LitData's leaf serializers (decode side) and its serialized pytree ``TreeSpec``.
 
 An item of a ``PyTreeLoader`` chunk is its flattened leaves, each written by the serializer
 named in ``data_format`` (layouts from ``litdata/streaming/serializers.py``, 0.2.x);
 ``data_spec`` (``torch.utils._pytree``'s JSON, protocol 1) rebuilds the structure.
 
 Example:
-    >>> import struct
+    >>> import json, struct
     >>> decode_leaf("int", struct.pack("<q", -3)), decode_leaf("str", "é".encode())
     (-3, 'é')
-    >>> unflatten(parse_tree_spec(
-    ...     '[1, {"type": "builtins.dict", "context": "[\\\\"a\\\\"]", "children_spec":'
-    ...     ' [{"type": null, "context": null, "children_spec": []}]}]'), [1])
+    >>> leaf = {"type": None, "context": None, "children_spec": []}
+    >>> node = {"type": "builtins.dict", "context": '["a"]', "children_spec": [leaf]}
+    >>> unflatten(parse_tree_spec(json.dumps([1, node])), [1])
     {'a': 1}
 """
 
@@ -29,7 +29,15 @@ import torch
 
 from lightning_resumable_data.formats._litdata_json import nested_loads
 
-__all__ = ["SERIALIZERS", "TreeNode", "decode_leaf", "parse_tree_spec", "serializer_key", "unflatten"]
+__all__ = [
+    "SERIALIZERS",
+    "TreeNode",
+    "decode_item",
+    "decode_leaf",
+    "parse_tree_spec",
+    "serializer_key",
+    "unflatten",
+]
 
 # litdata.constants._NUMPY_DTYPES_MAPPING (object, bytes, str and void are not buffers: refused)
 NUMPY_DTYPES: Final = dict(enumerate(np.dtype(t) for t in (
@@ -82,11 +90,13 @@ def _numpy(payload: bytes) -> np.ndarray[Any, Any]:
     expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     if len(body) != expected:
         raise ValueError(f"{len(body)} bytes of data for a {dtype} array of shape {shape}")
-    return np.frombuffer(body, dtype=dtype).reshape(shape).copy()
+    array: np.ndarray[Any, Any] = np.frombuffer(body, dtype=dtype).reshape(shape).copy()
+    return array
 
 
 def _flat_numpy(payload: bytes, dtype: np.dtype[Any]) -> np.ndarray[Any, Any]:
-    return np.frombuffer(payload, dtype=dtype).copy()
+    array: np.ndarray[Any, Any] = np.frombuffer(payload, dtype=dtype).copy()
+    return array
 
 
 def _flat_tensor(payload: bytes, dtype: torch.dtype) -> torch.Tensor:
@@ -147,6 +157,35 @@ def decoder(name: str) -> Callable[[bytes], Any]:
 def decode_leaf(name: str, payload: bytes) -> Any:
     """Leaf ``payload`` written by serializer ``name``, decoded."""
     return decoder(name)(payload)
+
+
+def decode_item(
+    raw: bytes,
+    names: tuple[str, ...],
+    decoders: list[Callable[[bytes], Any]],
+    tree: TreeNode | None,
+) -> Any:
+    """An item from its stored bytes: ``sizes: u32[leaves]``, then each leaf's bytes.
+
+    Raises:
+        ValueError: The sizes disagree with the item's length, or a leaf does not decode
+            (the message names the leaf and its serializer).
+    """
+    count = len(decoders)
+    sizes = struct.unpack_from(f"<{count}I", raw, 0)
+    if sum(sizes) + 4 * count != len(raw):
+        raise ValueError(
+            f"its leaf sizes {list(sizes)} add up to {sum(sizes) + 4 * count} bytes with their "
+            f"header, the item holds {len(raw)}"
+        )
+    leaves, cursor = [], 4 * count
+    for number, (size, decode) in enumerate(zip(sizes, decoders, strict=True)):
+        try:
+            leaves.append(decode(raw[cursor : cursor + size]))
+        except Exception as error:
+            raise ValueError(f"leaf {number} ({names[number]!r}, {size} bytes): {error}") from error
+        cursor += size
+    return unflatten(tree, leaves)
 
 
 # -- the item's structure ------------------------------------------------------------------

@@ -1,33 +1,23 @@
 """LitData's optimized chunks (what ``litdata.optimize`` writes), read natively as shard readers.
 
-:func:`open_litdata` reads a LitData directory's ``index.json`` and returns one
-:class:`LitDataChunkReader` per chunk file, so :class:`DistributedShardedDataset`, mixtures
-and the exact, elastic resume work over LitData data without a conversion or litdata itself.
-The binary layouts are LitData 0.2's (``litdata/streaming/writer.py``, ``item_loader.py``,
-``serializers.py``, ``framed_zstd.py``); see :mod:`._litdata_chunks` and
-:mod:`._litdata_leaves`.
+:func:`open_litdata` returns one :class:`LitDataChunkReader` per chunk file of a LitData
+directory, so the sharded dataset, mixtures and the exact, elastic resume work over LitData
+data without a conversion or litdata itself. Layouts: :mod:`._litdata_chunks` and the others.
 """
 
 from __future__ import annotations
 
 import os
-import struct
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 from numpy.typing import NDArray
 
 from lightning_resumable_data.formats._litdata_chunks import Chunk, parse_chunk, zstd_decompress
 from lightning_resumable_data.formats._litdata_index import LitDataIndex, read_litdata_index
-from lightning_resumable_data.formats._litdata_leaves import (
-    NUMPY_DTYPES,
-    TORCH_DTYPES,
-    decoder,
-    serializer_key,
-    unflatten,
-)
+from lightning_resumable_data.formats._litdata_leaves import decode_item, decoder
+from lightning_resumable_data.formats._litdata_tokens import TokenLayout
 from lightning_resumable_data.shards.protocol import check_index, check_range
 
 __all__ = ["LitDataChunkReader", "LitDataIndex", "open_litdata", "read_litdata_index"]
@@ -64,7 +54,8 @@ class LitDataChunkReader:
         >>> _ = (directory / "chunk-0-0.bin").write_bytes(body)
         >>> config = {"data_format": ["int"], "data_spec": None, "item_loader": "PyTreeLoader"}
         >>> chunk = {"filename": "chunk-0-0.bin", "chunk_size": 2, "chunk_bytes": 40, "dim": None}
-        >>> _ = (directory / "index.json").write_text(json.dumps({"chunks": [chunk], "config": config}))
+        >>> index_json = json.dumps({"chunks": [chunk], "config": config})
+        >>> _ = (directory / "index.json").write_text(index_json)
         >>> reader = LitDataChunkReader(read_litdata_index(directory), 0)
         >>> len(reader), reader.read(1), reader.read_range(0, 2)
         (2, 20, [10, 20])
@@ -74,7 +65,9 @@ class LitDataChunkReader:
         if not 0 <= chunk < len(index.files):
             raise IndexError(f"chunk={chunk} is out of range for {len(index.files)} chunks.")
         tokens = index.item_loader == "TokensLoader"
-        if tokens and (isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1):
+        if tokens and (
+            isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1
+        ):
             raise ValueError(
                 f"{index.directory!r} was written with LitData's TokensLoader: pass the block "
                 f"size (tokens per item), as TokensLoader(block_size=...) takes it: "
@@ -86,11 +79,13 @@ class LitDataChunkReader:
                 f"written with {index.item_loader} (one item per sample): leave it out."
             )
         self.index, self.chunk, self.block_size = index, chunk, block_size
+        self.seq_len = block_size  # tokens per item (a batch of token rows is gathered at once)
         dim = index.dims[chunk] or 0
         self._length = dim // block_size if block_size else index.items[chunk]
         self._size: int | None = None  # the file's size when first opened
         self._chunk: Chunk | None = None
         self._tokens: NDArray[Any] | None = None
+        self._layout = TokenLayout.of(index.data_format[0]) if tokens else None
         self.loads = 0
 
     @property
@@ -117,24 +112,14 @@ class LitDataChunkReader:
         return self._chunk is not None
 
     @property
-    def seq_len(self) -> int | None:
-        """Tokens per item of a ``TokensLoader`` chunk (``None`` otherwise)."""
-        return self.block_size
-
-    @property
     def dtype(self) -> np.dtype[Any] | None:
         """The NumPy dtype of a ``TokensLoader`` chunk's tokens (``None`` otherwise)."""
-        if self.block_size is None:
-            return None
-        name = self.index.data_format[0]
-        number = int(name.split(":", 1)[1])
-        if serializer_key(name) == "no_header_numpy":
-            return NUMPY_DTYPES[number]
-        kind = TORCH_DTYPES[number]
-        return None if kind == torch.bfloat16 else torch.empty(0, dtype=kind).numpy().dtype
+        return None if self._layout is None else self._layout.numpy_dtype
 
     def _where(self, item: int | None) -> str:
-        return f"(reading item {item} of its {self._length})" if item is not None else "(loading it)"
+        return (
+            f"(reading item {item} of its {self._length})" if item is not None else "(loading it)"
+        )
 
     def _file_size(self, item: int | None) -> int:
         try:
@@ -154,6 +139,13 @@ class LitDataChunkReader:
                 "replaced, or index.json is stale. Restore it or write the dataset again."
             )
 
+    def open(self) -> None:
+        """Check now that the file exists with the size ``index.json`` gives, without reading it."""
+        size = self._file_size(None)
+        if not self.index.whole_file_compressed:
+            self._expect(size, "holds", None)
+        self._size = size
+
     def load(self) -> None:
         """Read the chunk into memory, checked against ``index.json``. Idempotent."""
         self._load(None)
@@ -172,34 +164,26 @@ class LitDataChunkReader:
             data = zstd_decompress(data)
             self._expect(len(data), "inflates to", item)
         try:
-            chunk = parse_chunk(data, index.items[self.chunk], index.compression, index.compression_level)
+            chunk = parse_chunk(
+                data, index.items[self.chunk], index.compression, index.compression_level
+            )
         except ValueError as error:
             raise ValueError(
                 f"LitData chunk {str(self.path)!r} is corrupt {self._where(item)}: {error}."
             ) from None
-        if self.block_size is not None:
-            self._tokens = self._token_blocks(chunk, item)
+        if self._layout is not None and self.block_size is not None:
+            start, end = int(chunk.offsets[0]), int(chunk.offsets[-1])
+            dim = index.dims[self.chunk] or 0
+            try:
+                self._tokens = self._layout.blocks(chunk.data, start, end, dim, self.block_size)
+            except ValueError as error:
+                raise ValueError(
+                    f"LitData chunk {str(self.path)!r} is corrupt {self._where(item)}: {error}."
+                ) from None
         self._decoders = [decoder(name) for name in index.data_format]
-        self._sizes = struct.Struct("<" + "I" * len(index.data_format))
         self._chunk = chunk
         self.loads += 1
         return chunk
-
-    def _token_blocks(self, chunk: Chunk, item: int | None) -> NDArray[Any]:
-        dim = self.index.dims[self.chunk] or 0
-        name = self.index.data_format[0]
-        number = int(name.split(":", 1)[1])
-        itemsize = NUMPY_DTYPES[number].itemsize if serializer_key(name) == "no_header_numpy" else (
-            TORCH_DTYPES[number].itemsize)  # fmt: skip
-        start, end = int(chunk.offsets[0]), int(chunk.offsets[-1])
-        if end - start != dim * itemsize:
-            raise ValueError(
-                f"LitData chunk {str(self.path)!r} holds {end - start} bytes of tokens, index.json "
-                f"says dim={dim} tokens of {itemsize} bytes {self._where(item)}: it is corrupt."
-            )
-        count = self._length * (self.block_size or 0)
-        tokens = np.frombuffer(chunk.data, dtype=f"<u{itemsize}", count=count, offset=start)
-        return tokens.reshape(self._length, self.block_size or 0)
 
     def close(self) -> None:
         """Drop the chunk from memory. Idempotent."""
@@ -219,19 +203,16 @@ class LitDataChunkReader:
                 "when it was opened: it was rewritten or truncated."
             )
 
-    def _token_rows(self, rows: NDArray[Any]) -> Any:
-        name = self.index.data_format[0]
-        number = int(name.split(":", 1)[1])
-        if serializer_key(name) == "no_header_numpy":
-            return np.array(rows).view(NUMPY_DTYPES[number])
-        return torch.from_numpy(np.array(rows)).view(TORCH_DTYPES[number])
+    def _rows(self, words: NDArray[Any]) -> Any:
+        assert self._layout is not None
+        return self._layout.rows(words)
 
     def read(self, index: int) -> Any:
         """Item ``index`` of the chunk, decoded (see the class docstring)."""
         index = check_index(self.name, index, self._length)
         chunk = self._load(index)
         if self._tokens is not None:
-            return self._token_rows(self._tokens[index])
+            return self._rows(self._tokens[index])
         try:
             return chunk.item(index, self._decode)
         except ModuleNotFoundError:
@@ -243,27 +224,14 @@ class LitDataChunkReader:
             ) from error
 
     def _decode(self, raw: bytes) -> Any:
-        count = len(self._decoders)
-        sizes = self._sizes.unpack_from(raw, 0)
-        if sum(sizes) + 4 * count != len(raw):
-            raise ValueError(f"its leaf sizes {list(sizes)} add up to {sum(sizes) + 4 * count} "
-                             f"bytes with their header, the item holds {len(raw)}")  # fmt: skip
-        leaves, cursor = [], 4 * count
-        for number, (size, decode) in enumerate(zip(sizes, self._decoders, strict=True)):
-            try:
-                leaves.append(decode(raw[cursor : cursor + size]))
-            except Exception as error:
-                name = self.index.data_format[number]
-                raise ValueError(f"leaf {number} ({name!r}, {size} bytes): {error}") from error
-            cursor += size
-        return unflatten(self.index.tree, leaves)
+        return decode_item(raw, self.index.data_format, self._decoders, self.index.tree)
 
     def read_range(self, start: int, stop: int) -> Any:
         """Items ``start`` to ``stop`` (exclusive): a list, or one array/tensor of token rows."""
         check_range(self.name, start, stop, self._length)
         self._load(start if start < stop else None)
         if self._tokens is not None:
-            return self._token_rows(self._tokens[start:stop])
+            return self._rows(self._tokens[start:stop])
         return [self.read(i) for i in range(start, stop)]
 
     def read_many(self, indices: NDArray[np.intp]) -> list[Any]:
@@ -274,7 +242,7 @@ class LitDataChunkReader:
             return []
         self._load(int(indices[0]))
         assert self._tokens is not None
-        return list(self._token_rows(self._tokens[indices]))
+        return list(self._rows(self._tokens[indices]))
 
     def gather_into(self, indices: NDArray[np.intp], out: NDArray[Any]) -> bool:
         """Write token rows ``indices`` (``0 <= i < len``) into the rows of ``out``.
@@ -296,11 +264,7 @@ class LitDataChunkReader:
         """Pickle without the loaded chunk: a worker process reads the file itself."""
         state = {**self.__dict__, "_chunk": None, "_tokens": None}
         state.pop("_decoders", None)
-        state.pop("_sizes", None)
         return state
-
-    def __repr__(self) -> str:
-        return f"LitDataChunkReader({str(self.path)!r}, items={self._length})"
 
 
 def open_litdata(
@@ -326,10 +290,6 @@ def open_litdata(
     """
     index = read_litdata_index(directory)
     readers = [LitDataChunkReader(index, n, block_size=block_size) for n in range(len(index.files))]
-    if verify:
-        for reader in readers:
-            size = reader._file_size(None)
-            if not index.whole_file_compressed:
-                reader._expect(size, "holds", None)
-            reader._size = size
+    for reader in readers if verify else ():
+        reader.open()
     return readers

@@ -24,10 +24,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lightning_resumable_data import DistributedShardedDataset, StatefulDataLoader
-from lightning_resumable_data.formats import _litdata_chunks
-from lightning_resumable_data.formats.litdata import LitDataChunkReader, open_litdata
-from tests.formats.write_litdata import (
+from formats.write_litdata import (
     BLOCK_SIZE,
     CORPORA,
     ITEMS,
@@ -38,6 +35,9 @@ from tests.formats.write_litdata import (
     scalar_item,
     token_doc,
 )
+from lightning_resumable_data import DistributedShardedDataset, StatefulDataLoader
+from lightning_resumable_data.formats import _litdata_chunks
+from lightning_resumable_data.formats.litdata import LitDataChunkReader, open_litdata
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTREE = ["pytree", "zstd", "zstd_chunk", "zstd_sample"]  # the same items, four encodings
@@ -66,10 +66,10 @@ def assert_same(got: Any, want: Any, where: str = "item") -> None:
     """Equal values of the same kind: arrays and tensors by dtype, shape and values."""
     assert type(got) is type(want), f"{where}: {type(got).__name__} != {type(want).__name__}"
     if isinstance(want, np.ndarray):
-        assert got.dtype == want.dtype and got.shape == want.shape, where
+        assert (got.dtype, got.shape) == (want.dtype, want.shape), where
         np.testing.assert_array_equal(got, want)
     elif isinstance(want, torch.Tensor):
-        assert got.dtype == want.dtype and got.shape == want.shape, where
+        assert (got.dtype, got.shape) == (want.dtype, want.shape), where
         assert torch.equal(got, want), where
     elif isinstance(want, dict):
         assert list(got) == list(want), where
@@ -172,7 +172,7 @@ def test_random_access_in_shuffled_order(corpora: Path, name: str) -> None:
         chunk, item = where[position]
         assert_same(readers[chunk].read(item), pytree_item(int(starts[chunk]) + item))
     assert_same(readers[0].read(-1), pytree_item(len(readers[0]) - 1))
-    with pytest.raises(IndexError, match="index 10 is out of range for shard 'chunk-0-0.bin'"):
+    with pytest.raises(IndexError, match=r"index 10 is out of range for shard 'chunk-0-0\.bin'"):
         readers[0].read(10)
 
 
@@ -196,7 +196,8 @@ def test_a_reader_pickles_without_its_chunk(corpora: Path) -> None:
     assert not copy.loaded
     assert_same(copy.read(4), first)
     reader.close()
-    assert not reader.loaded and reader.loads == 1
+    assert not reader.loaded
+    assert reader.loads == 1
     assert_same(reader.read(4), first)
     assert reader.loads == 2
 
@@ -204,7 +205,9 @@ def test_a_reader_pickles_without_its_chunk(corpora: Path) -> None:
 # -- through the sharded dataset: exact and elastic resume ---------------------------------
 
 
-def make_loader(directory: Path, world: int = 1, rank: int = 0, workers: int = 0) -> StatefulDataLoader:
+def make_loader(
+    directory: Path, world: int = 1, rank: int = 0, workers: int = 0
+) -> StatefulDataLoader:
     dataset = DistributedShardedDataset(open_litdata(directory), seed=5)
     return StatefulDataLoader(
         dataset, batch_size=3, sampler=dataset.sampler(world, rank), collate_fn=ids,
@@ -224,7 +227,7 @@ def run(loader: StatefulDataLoader, k: int | None = None) -> list[list[int]]:
 @pytest.mark.parametrize(("name", "workers"), [("pytree", 0), ("zstd", 2)])
 def test_exact_resume_mid_epoch(corpora: Path, name: str, workers: int) -> None:
     uninterrupted = run(make_loader(corpora / name, workers=workers))
-    assert sorted(sum(uninterrupted, [])) == list(range(ITEMS))
+    assert sorted(i for batch in uninterrupted for i in batch) == list(range(ITEMS))
     first = make_loader(corpora / name, workers=workers)
     seen = run(first, 5)
     state = json.loads(json.dumps(first.state_dict()))
@@ -238,9 +241,9 @@ def test_two_ranks_resumed_on_one_read_every_item_once(corpora: Path) -> None:
     state: dict[str, Any] = {}
     for rank in range(2):
         loader = make_loader(corpora / "pytree", world=2, rank=rank)
-        seen += sum(run(loader, 3), [])
+        seen += [i for batch in run(loader, 3) for i in batch]
         state = state or json.loads(json.dumps(loader.state_dict()))
-    seen += sum(run_resumed(corpora / "pytree", state), [])
+    seen += [i for batch in run_resumed(corpora / "pytree", state) for i in batch]
     assert Counter(seen) == Counter(range(ITEMS))
 
 
@@ -278,7 +281,7 @@ def test_a_chunk_of_the_wrong_size_names_the_file_and_the_item(copy_of: Any, nam
     path = sorted(directory.glob("chunk-0-1*"))[0]
     if name == "zstd_chunk":  # a whole-file zstd chunk: its inflated size is checked
         data = _litdata_chunks.zstd_decompress(path.read_bytes())
-        import zstd  # type: ignore[import-not-found, unused-ignore]
+        import zstd  # type: ignore[import-not-found, import-untyped, unused-ignore]
 
         path.write_bytes(zstd.compress(data[:-5]))
     else:
@@ -288,7 +291,7 @@ def test_a_chunk_of_the_wrong_size_names_the_file_and_the_item(copy_of: Any, nam
                        r"chunk_bytes=\d+ \(reading item 2 of its 10\)"):  # fmt: skip
         open_litdata(directory)[1].read(2)
     if name == "pytree":
-        with pytest.raises(ValueError, match="chunk-0-1.bin' holds"):
+        with pytest.raises(ValueError, match=r"chunk-0-1\.bin' holds"):
             open_litdata(directory, verify=True)
 
 
@@ -322,14 +325,16 @@ def test_a_corrupt_offset_table_names_the_file(copy_of: Any) -> None:
         open_litdata(directory)[0].read(6)
 
 
-def test_what_cannot_be_read_is_refused_at_open(corpora: Path, copy_of: Any, tmp_path: Path) -> None:
+def test_what_cannot_be_read_is_refused_at_open(
+    corpora: Path, copy_of: Any, tmp_path: Path
+) -> None:
     with pytest.raises(ValueError, match=r"encrypted \(\{'algorithm': 'fernet', 'level': 'chunk'"):
         open_litdata(corpora / "encrypted")
     with pytest.raises(ValueError, match=r"TokensLoader: pass the block size .* block_size=None"):
         open_litdata(corpora / "tokens")
     with pytest.raises(ValueError, match="block_size=8 is for TokensLoader datasets"):
         open_litdata(corpora / "pytree", block_size=8)
-    with pytest.raises(FileNotFoundError, match="no index.json in"):
+    with pytest.raises(FileNotFoundError, match=r"no index\.json in"):
         open_litdata(tmp_path)
     directory = copy_of("scalars")
     index = json.loads((directory / "index.json").read_text())
@@ -361,7 +366,7 @@ def test_check_detects_a_chunk_changed_after_opening(copy_of: Any) -> None:
     with pytest.raises(ValueError, match=r"chunk-0-1.bin' now holds \d+ bytes, it held"):
         readers[1].check()
     (directory / "chunk-0-1.bin").unlink()
-    with pytest.raises(FileNotFoundError, match="chunk-0-1.bin' does not exist"):
+    with pytest.raises(FileNotFoundError, match=r"chunk-0-1\.bin' does not exist"):
         readers[1].check()
 
 
@@ -378,11 +383,14 @@ def test_an_arrow_footer_chunk_reads_its_rows(tmp_path: Path) -> None:
     header = np.array([3, 20, 20, 20, 20], "<u4").tobytes()
     chunk = header + ipc + struct.pack("<I", len(ipc)) + b"LDARW01\0"
     (tmp_path / "chunk-0-0.bin").write_bytes(chunk)
+    leaf: dict[str, Any] = {"type": None, "context": None, "children_spec": []}
+    spec = {
+        "type": "builtins.dict",
+        "context": json.dumps(list(rows[0])),
+        "children_spec": [leaf] * 3,
+    }
     config = {"data_format": ["int", "str", "json"], "item_loader": "PyTreeLoader",
-              "data_spec": json.dumps([1, {"type": "builtins.dict",
-                                           "context": json.dumps(["id", "text", "labels"]),
-                                           "children_spec": [{"type": None, "context": None,
-                                                              "children_spec": []}] * 3}])}  # fmt: skip
+              "data_spec": json.dumps([1, spec])}  # fmt: skip
     entry = {"filename": "chunk-0-0.bin", "chunk_size": 3, "chunk_bytes": len(chunk), "dim": None}
     (tmp_path / "index.json").write_text(json.dumps({"chunks": [entry], "config": config}))
     assert every_item(open_litdata(tmp_path)) == rows

@@ -84,8 +84,9 @@ def write(out_dir: Path) -> None:
     from litdata.utilities.encryption import FernetEncryption
 
     for name, spec in CORPORA.items():
-        options = {k: spec[k] for k in ("chunk_bytes", "chunk_size", "compression") if k in spec}
-        options.update({k: spec[k] for k in ("compression_level", "compression_batch_size") if k in spec})
+        keys = ("chunk_bytes", "chunk_size", "compression", "compression_level",
+                "compression_batch_size")  # fmt: skip
+        options: dict[str, Any] = {k: spec[k] for k in keys if k in spec}
         if spec.get("tokens"):
             options["item_loader"] = TokensLoader()
         if spec.get("encrypted"):
