@@ -1,1 +1,24 @@
-"""Readers of the data formats users already have (issue 29)."""
+"""Readers of the formats users already have: random access by sample, no conversion.
+
+Each reader is a :class:`~lightning_resumable_data.ShardReader`, so
+:class:`~lightning_resumable_data.DistributedShardedDataset`, its sampler and loaders,
+mixtures and the elastic, exactly-once resume work over them unchanged:
+
+* :func:`open_mds`: MosaicML Streaming's MDS (``index.json`` + shards, every column
+  encoding, compressed shards): :class:`MDSShardReader` per shard;
+* :func:`open_litdata`: LitData's optimized chunks (``litdata.optimize``; PyTree items or
+  ``TokensLoader`` token blocks): :class:`LitDataChunkReader` per chunk.
+
+Example::
+
+    from lightning_resumable_data import DistributedShardedDataset, ResumableDataModule
+    from lightning_resumable_data.formats import open_mds
+
+    dataset = DistributedShardedDataset(open_mds("data/mds"), seed=0)
+    dm = ResumableDataModule(dataset, batch_size=32)
+"""
+
+from lightning_resumable_data.formats.litdata import LitDataChunkReader, open_litdata
+from lightning_resumable_data.formats.mds import MDSShardReader, open_mds
+
+__all__ = ["LitDataChunkReader", "MDSShardReader", "open_litdata", "open_mds"]

@@ -1,1 +1,1 @@
-"""Tests of the readers of other libraries' data formats."""
+"""Readers of peers' formats against corpora written by the peers' own writers."""
