@@ -1,0 +1,1 @@
+"""Native readers of the formats users already have (WebDataset, MDS, litdata)."""

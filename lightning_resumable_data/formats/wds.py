@@ -1,0 +1,370 @@
+"""WebDataset ``.tar`` shards, read natively and by sample: :class:`WebDatasetShardReader`.
+
+A WebDataset shard is a plain tar whose members are named ``<key>.<field>``; consecutive
+members with one key form a sample. The reader lists the members once from the tar's
+headers (no member data is read), keeps where each field's bytes lie in a sidecar next to
+the shard (``<shard>.index.npz``, see :mod:`._wds_index`), and then reads any sample with
+one positioned read, so a :class:`~lightning_resumable_data.DistributedShardedDataset`
+over the shards shuffles, resumes and changes world size exactly as over token shards,
+with no conversion of the data.
+
+A sample is a dict as WebDataset yields it: ``__key__`` (str), ``__url__`` (the shard path
+as given) and one entry per field, its bytes. ``decode=True`` decodes the fields whose
+extension says how (``txt``/``text`` to ``str``, ``json`` to objects, ``cls``/``idx``/``id``
+to ``int``, ``npy`` to arrays, a ``.gz`` suffix gunzipped first) and leaves images and audio
+as bytes: decode those where they are used, ``PIL.Image.open(io.BytesIO(sample["jpg"]))``
+or ``soundfile.read(io.BytesIO(sample["flac"]))``.
+
+Example:
+    >>> import io, tarfile, tempfile
+    >>> path = tempfile.mkdtemp() + "/shard-000000.tar"
+    >>> with tarfile.open(path, "w") as tar:
+    ...     for name, data in [("0001.cls", b"3"), ("0001.json", b'{"a": 1}')]:
+    ...         info = tarfile.TarInfo(name)
+    ...         info.size = len(data)
+    ...         tar.addfile(info, io.BytesIO(data))
+    >>> reader = WebDatasetShardReader(path, decode=True)
+    >>> len(reader), reader.read(0)["__key__"], reader.read(0)["cls"], reader.read(0)["json"]
+    (1, '0001', 3, {'a': 1})
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import itertools
+import json
+import os
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, Final
+
+import numpy as np
+from numpy.typing import NDArray
+
+from lightning_resumable_data.formats._wds_index import TarIndex, index_shard
+from lightning_resumable_data.formats._wds_paths import brace_expand, expand_shards
+from lightning_resumable_data.shards.protocol import check_index, check_range
+
+__all__ = ["DEFAULT_DECODERS", "WebDatasetShardReader", "brace_expand", "open_webdataset"]
+
+Sample = dict[str, Any]
+Decoders = Mapping[str, Callable[[bytes], Any]]
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8")
+
+
+def _npy(data: bytes) -> NDArray[Any]:
+    return np.load(io.BytesIO(data), allow_pickle=False)  # type: ignore[no-any-return]
+
+
+DEFAULT_DECODERS: Final[Decoders] = MappingProxyType(
+    {
+        **dict.fromkeys(("txt", "text", "transcript"), _text),
+        **dict.fromkeys(("json", "jsn"), json.loads),
+        **dict.fromkeys(("cls", "cls2", "idx", "index", "inx", "id"), int),
+        "npy": _npy,
+    }
+)
+"""``decode=True``: the field's extension (after its last dot) -> decoder of its bytes.
+
+WebDataset's ``.decode()`` basic handlers, less the unsafe (pickle) and the optional-package
+ones, plus ``idx``. Any other field stays bytes.
+"""
+
+
+class WebDatasetShardReader:
+    """One WebDataset ``.tar`` shard as a shard reader: samples by index, fields as bytes.
+
+    Opening reads the shard's index from its sidecar ``<shard>.index.npz``, or builds it by
+    scanning the tar headers (member data is skipped) and saves it there; an index whose
+    recorded size or mtime differs from the shard's is stale and rebuilt. If the shard's
+    folder is not writable the index stays in memory (``index_file`` is then ``None``).
+    ``len`` comes from the index; :meth:`load` opens the file (and with ``preload`` reads
+    it into memory in one sequential read, what the dataset's background prefetch pays for).
+
+    Args:
+        path: The ``.tar`` shard (uncompressed: random access needs it).
+        decode: ``False`` (fields as bytes), ``True`` (:data:`DEFAULT_DECODERS`), or a
+            mapping from extension to a ``bytes -> value`` function (picklable ones if the
+            reader goes to worker processes).
+        preload: ``load()`` reads the whole shard into memory; else each sample is one
+            positioned read from the file.
+        save_index: Write the sidecar index (``False``: keep it in memory only).
+
+    Raises:
+        FileNotFoundError: The shard does not exist.
+        ValueError: The tar is compressed or corrupt (a bad header checksum, a member cut
+            short, no end-of-archive block, a field twice in one sample): the message
+            names the file, the byte offset and the sample next to the damage.
+
+    Example:
+        >>> import io, tarfile, tempfile
+        >>> path = tempfile.mkdtemp() + "/shard.tar"
+        >>> with tarfile.open(path, "w") as tar:
+        ...     for name in ["a.txt", "a.jpg", "b.txt", "b.jpg"]:
+        ...         info = tarfile.TarInfo(name)
+        ...         info.size = 2
+        ...         tar.addfile(info, io.BytesIO(name[:2].encode()))
+        >>> reader = WebDatasetShardReader(path)
+        >>> len(reader), reader.read(1)["txt"], sorted(reader.read(1))
+        (2, b'b.', ['__key__', '__url__', 'jpg', 'txt'])
+        >>> reader.index_file == path + ".index.npz"
+        True
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        decode: bool | Decoders = False,
+        preload: bool = True,
+        save_index: bool = True,
+    ) -> None:
+        self._location = os.fspath(path)
+        if decode is True:
+            decode = DEFAULT_DECODERS
+        elif decode is not False and not isinstance(decode, Mapping):
+            raise TypeError(
+                f"decode={decode!r} must be True, False or a mapping from field extension to "
+                "a function of the field's bytes (e.g. {**DEFAULT_DECODERS, 'jpg': my_decoder})."
+            )
+        self._decoders: Decoders | None = dict(decode) if decode else None
+        self.preload = bool(preload)
+        self._index, self.index_file = index_shard(self._location, save=save_index)
+        self._index_keys: list[str] = self._index.keys.tolist()
+        self._data: bytes | None = None
+        self._fd: int | None = None
+        self._lock = threading.Lock()
+        self.loads = 0  # how many times load() really loaded (for tests and stats)
+
+    @property
+    def path(self) -> str:
+        """The shard file, as given."""
+        return self._location
+
+    @property
+    def name(self) -> str:
+        """The file name (without the folder)."""
+        return os.path.basename(self._location)
+
+    @property
+    def index(self) -> TarIndex:
+        """Where every field of every sample lies (see :class:`._wds_index.TarIndex`)."""
+        return self._index
+
+    def key(self, index: int) -> str:
+        """The ``__key__`` of sample ``index``, from the index (nothing is read)."""
+        return self._index_keys[check_index(self.name, index, len(self))]
+
+    def __len__(self) -> int:
+        return len(self._index_keys)
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the file is open (and with ``preload``, in memory)."""
+        return self._data is not None or self._fd is not None
+
+    def _changed(self, stat: os.stat_result, what: str) -> ValueError:
+        return ValueError(
+            f"WebDataset shard {self._location!r} changed since it was indexed{what}: it was "
+            f"{self._index.size} bytes (mtime_ns {self._index.mtime_ns}), it is "
+            f"{stat.st_size} bytes (mtime_ns {stat.st_mtime_ns}) now, so its samples may have "
+            "moved. Restore the shard, or reopen it (open_webdataset) to index it again."
+        )
+
+    def _stat(self) -> os.stat_result:
+        try:
+            return os.stat(self._location)
+        except FileNotFoundError:
+            raise FileNotFoundError(
+                f"WebDataset shard {self._location!r} vanished after it was indexed "
+                f"({len(self)} samples). Restore it, or reopen the shard list."
+            ) from None
+
+    def load(self) -> None:
+        """Open the shard (with ``preload``, read it into memory), checking it is unchanged.
+
+        Raises:
+            ValueError: Its size or mtime is not the index's (it was rewritten or cut).
+        """
+        self._open("")
+
+    def _open(self, what: str) -> None:
+        with self._lock:
+            if self.loaded:
+                return
+            fd = os.open(self._location, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+            try:
+                stat = os.fstat(fd)
+                if not self._index.matches(stat):
+                    raise self._changed(stat, what)
+                if self.preload:
+                    with os.fdopen(os.dup(fd), "rb") as file:
+                        data = file.read(self._index.end)
+                    if len(data) != self._index.end:
+                        raise self._changed(os.fstat(fd), what)
+                    self._data = data
+                    os.close(fd)
+                else:
+                    self._fd = fd
+            except BaseException:
+                if self._fd is None:
+                    os.close(fd)
+                raise
+            self.loads += 1
+
+    def close(self) -> None:
+        """Release the memory or the open file. Idempotent."""
+        with self._lock:
+            fd, self._fd, self._data = self._fd, None, None
+        if fd is not None:
+            os.close(fd)
+
+    def check(self) -> None:
+        """Raise ``FileNotFoundError``/``ValueError`` if the shard vanished or changed."""
+        stat = self._stat()
+        if not self._index.matches(stat):
+            raise self._changed(stat, "")
+
+    def _span(self, start: int, stop: int, what: str) -> tuple[bytes | memoryview, int]:
+        """The bytes of samples ``start:stop`` (in range, non-empty) and their file offset."""
+        members = self._index.starts
+        first, last = int(members[start]), int(members[stop]) - 1
+        low = int(self._index.offsets[first])
+        high = int(self._index.offsets[last] + self._index.sizes[last])
+        if not self.loaded:
+            self._open(what)
+        data = self._data
+        if data is not None:
+            return memoryview(data)[low:high], low
+        fd = self._fd
+        if fd is None:  # closed by another thread meanwhile: read on a fresh descriptor
+            self._open(what)
+            return self._span(start, stop, what)
+        chunk = os.pread(fd, high - low, low)
+        if len(chunk) != high - low:
+            raise ValueError(
+                f"WebDataset shard {self._location!r} is cut short: {what.strip(' ,')} needs "
+                f"bytes [{low}, {high}) but the file now ends at {os.fstat(fd).st_size}. It "
+                "changed since it was indexed; restore it or reopen it."
+            )
+        return chunk, low
+
+    def _what(self, start: int, stop: int) -> str:
+        if stop - start == 1:
+            return f" (reading sample {start}, key {self._index_keys[start]!r})"
+        return f" (reading samples {start} to {stop - 1}, keys {self._index_keys[start]!r}...)"
+
+    def _build(self, start: int, stop: int) -> list[Sample]:
+        """Samples ``start:stop`` (in range) from one read of their bytes."""
+        if start == stop:
+            return []
+        data, low = self._span(start, stop, self._what(start, stop))
+        index = self._index
+        bounds = index.starts[start : stop + 1].tolist()
+        first, end = bounds[0], bounds[-1]
+        offsets = (index.offsets[first:end] - low).tolist()
+        sizes = index.sizes[first:end].tolist()
+        fields = [index.names[f] for f in index.fields[first:end].tolist()]
+        samples = []
+        for number, (begin, finish) in enumerate(itertools.pairwise(bounds)):
+            sample: Sample = {"__key__": self._index_keys[start + number], "__url__": self.path}
+            for member in range(begin - first, finish - first):
+                at = offsets[member]
+                sample[fields[member]] = bytes(data[at : at + sizes[member]])
+            if self._decoders is not None:
+                self._decode(sample, start + number)
+            samples.append(sample)
+        return samples
+
+    def _decode(self, sample: Sample, number: int) -> None:
+        assert self._decoders is not None  # only called with decoders
+        for field, value in sample.items():
+            if field.startswith("__"):
+                continue
+            extension = field[:-3] if field.endswith(".gz") else field
+            decoder = self._decoders.get(extension.rsplit(".", 1)[-1])
+            if decoder is None and extension == field:
+                continue
+            try:
+                raw = gzip.decompress(value) if extension != field else value
+                sample[field] = raw if decoder is None else decoder(raw)
+            except Exception as error:
+                raise ValueError(
+                    f"WebDataset shard {self._location!r}: cannot decode field {field!r} of "
+                    f"sample {number} (key {sample['__key__']!r}): {error!r}. Read it with "
+                    "decode=False to see its bytes, or map its extension to another decoder."
+                ) from error
+
+    def read(self, index: int) -> Sample:
+        """Sample ``index``: ``{"__key__", "__url__", field: bytes or decoded value, ...}``."""
+        index = check_index(self.name, index, len(self))
+        return self._build(index, index + 1)[0]
+
+    def read_range(self, start: int, stop: int) -> list[Sample]:
+        """Samples ``start`` to ``stop`` (exclusive), from one read of their bytes."""
+        check_range(self.name, start, stop, len(self))
+        return self._build(start, stop)
+
+    def read_many(self, indices: NDArray[np.intp]) -> list[Sample]:
+        """Samples at ``indices`` (in range), in that order: one read per run of neighbours."""
+        wanted = np.asarray(indices, dtype=np.int64)
+        if wanted.size and (wanted.min() < 0 or wanted.max() >= len(self)):
+            check_index(self.name, int(wanted[(wanted < 0) | (wanted >= len(self))][0]), len(self))
+        cuts = (np.flatnonzero(np.diff(wanted) != 1) + 1).tolist()
+        out: list[Sample] = []
+        for begin, end in zip([0, *cuts], [*cuts, wanted.size], strict=True):
+            if end > begin:
+                out += self._build(int(wanted[begin]), int(wanted[end - 1]) + 1)
+        return out
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle the index, not the open file or the loaded bytes (workers load their own)."""
+        return {**self.__dict__, "_data": None, "_fd": None, "_lock": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _lock=threading.Lock())
+
+    def __repr__(self) -> str:
+        return f"WebDatasetShardReader({self._location!r}, samples={len(self)})"
+
+
+def open_webdataset(
+    source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    *,
+    decode: bool | Decoders = False,
+    preload: bool = True,
+    save_index: bool = True,
+) -> list[WebDatasetShardReader]:
+    """One :class:`WebDatasetShardReader` per shard that ``source`` names, in order.
+
+    ``source`` is what ``webdataset.WebDataset`` takes: a path, a brace pattern
+    (``"data/shard-{000000..000009}.tar"``), several joined by ``::``, or a list of paths;
+    and besides, a glob (``"data/*.tar"``, sorted) or a folder (its ``*.tar`` files, sorted).
+    The other arguments are the reader's.
+
+    Raises:
+        FileNotFoundError: A shard, glob or folder named matches no file.
+        ValueError: Nothing is named, or a shard is corrupt (see the reader).
+
+    Example:
+        >>> import io, tarfile, tempfile
+        >>> folder = tempfile.mkdtemp()
+        >>> for shard in range(2):
+        ...     with tarfile.open(f"{folder}/part-{shard:02d}.tar", "w") as tar:
+        ...         for key in range(3):
+        ...             info = tarfile.TarInfo(f"{shard}{key}.cls")
+        ...             info.size = 1
+        ...             tar.addfile(info, io.BytesIO(str(key).encode()))
+        >>> readers = open_webdataset(folder + "/part-{00..01}.tar", decode=True)
+        >>> [len(r) for r in readers], readers[1].read(2)["cls"]
+        ([3, 3], 2)
+    """
+    return [
+        WebDatasetShardReader(path, decode=decode, preload=preload, save_index=save_index)
+        for path in expand_shards(source)
+    ]
