@@ -70,6 +70,15 @@ class TarIndex:
         """Whether the file ``stat`` describes is still the one indexed (size and mtime)."""
         return stat.st_size == self.size and stat.st_mtime_ns == self.mtime_ns
 
+    def changed(self, path: str, stat: os.stat_result, what: str) -> ValueError:
+        """The error for the shard at ``path``, indexed as this, now of ``stat``."""
+        return ValueError(
+            f"WebDataset shard {path!r} changed since it was indexed{what}: it was "
+            f"{self.size} bytes (mtime_ns {self.mtime_ns}), it is {stat.st_size} bytes "
+            f"(mtime_ns {stat.st_mtime_ns}) now, so its samples may have moved. Restore the "
+            "shard, or reopen it (open_webdataset) to index it again."
+        )
+
     def arrays(self) -> dict[str, NDArray[Any]]:
         """The sidecar's arrays, ``meta`` included."""
         meta = {

@@ -14,35 +14,24 @@ extension says how (``txt``/``text`` to ``str``, ``json`` to objects, ``cls``/``
 to ``int``, ``npy`` to arrays, a ``.gz`` suffix gunzipped first) and leaves images and audio
 as bytes: decode those where they are used, ``PIL.Image.open(io.BytesIO(sample["jpg"]))``
 or ``soundfile.read(io.BytesIO(sample["flac"]))``.
-
-Example:
-    >>> import io, tarfile, tempfile
-    >>> path = tempfile.mkdtemp() + "/shard-000000.tar"
-    >>> with tarfile.open(path, "w") as tar:
-    ...     for name, data in [("0001.cls", b"3"), ("0001.json", b'{"a": 1}')]:
-    ...         info = tarfile.TarInfo(name)
-    ...         info.size = len(data)
-    ...         tar.addfile(info, io.BytesIO(data))
-    >>> reader = WebDatasetShardReader(path, decode=True)
-    >>> len(reader), reader.read(0)["__key__"], reader.read(0)["cls"], reader.read(0)["json"]
-    (1, '0001', 3, {'a': 1})
 """
 
 from __future__ import annotations
 
-import gzip
-import io
 import itertools
-import json
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from types import MappingProxyType
-from typing import Any, Final
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from lightning_resumable_data.formats._wds_decode import (
+    DEFAULT_DECODERS,
+    Decoders,
+    decode_fields,
+)
 from lightning_resumable_data.formats._wds_index import TarIndex, index_shard
 from lightning_resumable_data.formats._wds_paths import brace_expand, expand_shards
 from lightning_resumable_data.shards.protocol import check_index, check_range
@@ -50,30 +39,6 @@ from lightning_resumable_data.shards.protocol import check_index, check_range
 __all__ = ["DEFAULT_DECODERS", "WebDatasetShardReader", "brace_expand", "open_webdataset"]
 
 Sample = dict[str, Any]
-Decoders = Mapping[str, Callable[[bytes], Any]]
-
-
-def _text(data: bytes) -> str:
-    return data.decode("utf-8")
-
-
-def _npy(data: bytes) -> NDArray[Any]:
-    return np.load(io.BytesIO(data), allow_pickle=False)  # type: ignore[no-any-return]
-
-
-DEFAULT_DECODERS: Final[Decoders] = MappingProxyType(
-    {
-        **dict.fromkeys(("txt", "text", "transcript"), _text),
-        **dict.fromkeys(("json", "jsn"), json.loads),
-        **dict.fromkeys(("cls", "cls2", "idx", "index", "inx", "id"), int),
-        "npy": _npy,
-    }
-)
-"""``decode=True``: the field's extension (after its last dot) -> decoder of its bytes.
-
-WebDataset's ``.decode()`` basic handlers, less the unsafe (pickle) and the optional-package
-ones, plus ``idx``. Any other field stays bytes.
-"""
 
 
 class WebDatasetShardReader:
@@ -168,23 +133,6 @@ class WebDatasetShardReader:
         """Whether the file is open (and with ``preload``, in memory)."""
         return self._data is not None or self._fd is not None
 
-    def _changed(self, stat: os.stat_result, what: str) -> ValueError:
-        return ValueError(
-            f"WebDataset shard {self._location!r} changed since it was indexed{what}: it was "
-            f"{self._index.size} bytes (mtime_ns {self._index.mtime_ns}), it is "
-            f"{stat.st_size} bytes (mtime_ns {stat.st_mtime_ns}) now, so its samples may have "
-            "moved. Restore the shard, or reopen it (open_webdataset) to index it again."
-        )
-
-    def _stat(self) -> os.stat_result:
-        try:
-            return os.stat(self._location)
-        except FileNotFoundError:
-            raise FileNotFoundError(
-                f"WebDataset shard {self._location!r} vanished after it was indexed "
-                f"({len(self)} samples). Restore it, or reopen the shard list."
-            ) from None
-
     def load(self) -> None:
         """Open the shard (with ``preload``, read it into memory), checking it is unchanged.
 
@@ -197,24 +145,16 @@ class WebDatasetShardReader:
         with self._lock:
             if self.loaded:
                 return
-            fd = os.open(self._location, os.O_RDONLY | getattr(os, "O_BINARY", 0))
-            try:
-                stat = os.fstat(fd)
+            with open(self._location, "rb") as file:
+                stat = os.fstat(file.fileno())
                 if not self._index.matches(stat):
-                    raise self._changed(stat, what)
-                if self.preload:
-                    with os.fdopen(os.dup(fd), "rb") as file:
-                        data = file.read(self._index.end)
-                    if len(data) != self._index.end:
-                        raise self._changed(os.fstat(fd), what)
+                    raise self._index.changed(self._location, stat, what)
+                if not self.preload:
+                    self._fd = os.dup(file.fileno())
+                elif len(data := file.read(self._index.end)) == self._index.end:
                     self._data = data
-                    os.close(fd)
-                else:
-                    self._fd = fd
-            except BaseException:
-                if self._fd is None:
-                    os.close(fd)
-                raise
+                else:  # cut short since the stat
+                    raise self._index.changed(self._location, os.fstat(file.fileno()), what)
             self.loads += 1
 
     def close(self) -> None:
@@ -226,9 +166,15 @@ class WebDatasetShardReader:
 
     def check(self) -> None:
         """Raise ``FileNotFoundError``/``ValueError`` if the shard vanished or changed."""
-        stat = self._stat()
+        try:
+            stat = os.stat(self._location)
+        except FileNotFoundError:
+            raise FileNotFoundError(
+                f"WebDataset shard {self._location!r} vanished after it was indexed "
+                f"({len(self)} samples). Restore it, or reopen the shard list."
+            ) from None
         if not self._index.matches(stat):
-            raise self._changed(stat, "")
+            raise self._index.changed(self._location, stat, "")
 
     def _span(self, start: int, stop: int, what: str) -> tuple[bytes | memoryview, int]:
         """The bytes of samples ``start:stop`` (in range, non-empty) and their file offset."""
@@ -277,28 +223,10 @@ class WebDatasetShardReader:
                 at = offsets[member]
                 sample[fields[member]] = bytes(data[at : at + sizes[member]])
             if self._decoders is not None:
-                self._decode(sample, start + number)
+                where = f"shard {self._location!r}, sample {start + number}"
+                decode_fields(sample, self._decoders, where)
             samples.append(sample)
         return samples
-
-    def _decode(self, sample: Sample, number: int) -> None:
-        assert self._decoders is not None  # only called with decoders
-        for field, value in sample.items():
-            if field.startswith("__"):
-                continue
-            extension = field[:-3] if field.endswith(".gz") else field
-            decoder = self._decoders.get(extension.rsplit(".", 1)[-1])
-            if decoder is None and extension == field:
-                continue
-            try:
-                raw = gzip.decompress(value) if extension != field else value
-                sample[field] = raw if decoder is None else decoder(raw)
-            except Exception as error:
-                raise ValueError(
-                    f"WebDataset shard {self._location!r}: cannot decode field {field!r} of "
-                    f"sample {number} (key {sample['__key__']!r}): {error!r}. Read it with "
-                    "decode=False to see its bytes, or map its extension to another decoder."
-                ) from error
 
     def read(self, index: int) -> Sample:
         """Sample ``index``: ``{"__key__", "__url__", field: bytes or decoded value, ...}``."""
