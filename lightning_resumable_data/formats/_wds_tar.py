@@ -105,19 +105,24 @@ class _Scan:
         self.path, self.file, self.size = path, file, size
         self.members: list[Member] = []
 
-    def where(self) -> str:
-        """The place just after the last member listed, for an error message."""
-        if not self.members:
-            return "before its first member"
-        last = self.members[-1].name
-        found = split_name(last)
-        key = f", key {found[0]!r}" if found else ""
-        return f"after member {len(self.members) - 1} ({last!r}{key})"
+    def where(self, name: str | None) -> str:
+        """Which sample (index and key) the damage is in, or after, for an error message."""
+        keys = [found[0] for member in self.members if (found := split_name(member.name))]
+        samples = sum(
+            1 for before, key in zip([None, *keys[:-1]], keys, strict=True) if key != before
+        )
+        found = None if name is None else split_name(name)
+        if found is not None:
+            number = samples - 1 if keys and keys[-1] == found[0] else samples
+            return f"in sample {number} (key {found[0]!r}, member {name!r})"
+        if not keys:
+            return "before its first sample"
+        return f"after sample {samples - 1} (key {keys[-1]!r}, member {self.members[-1].name!r})"
 
-    def fail(self, offset: int, problem: str) -> ValueError:
+    def fail(self, offset: int, problem: str, name: str | None = None) -> ValueError:
         return ValueError(
             f"WebDataset shard {self.path!r} is corrupt: {problem} at byte {offset}, "
-            f"{self.where()}. The file is damaged or was cut short while it was written; "
+            f"{self.where(name)}. The file is damaged or was cut short while it was written; "
             "restore it or write it again (webdataset.ShardWriter / TarWriter)."
         )
 
@@ -149,7 +154,7 @@ def scan_members(path: str | os.PathLike[str]) -> tuple[list[Member], int]:
     Raises:
         ValueError: A compressed file, a bad header checksum, a member that runs past the
             end of the file, a sparse member, or no end-of-archive block; the message names
-            the file, the byte offset and the last good member.
+            the file, the byte offset and the sample (index and key) at or before the damage.
     """
     location = os.fspath(path)
     with open(location, "rb", buffering=0) as file:
@@ -181,12 +186,15 @@ def scan_members(path: str | os.PathLike[str]) -> tuple[list[Member], int]:
                 ) from None
             data = offset + BLOCK
             end = data + size
+            name = pax.get("path", long_name)
+            if name is None:
+                name = _text(header[:100])
+                prefix = _text(header[345:500]) if header[257:262] == b"ustar" else ""
+                if prefix and header[257:265] != b"ustar  \0":  # POSIX prefix, not GNU
+                    name = f"{prefix}/{name}"
             if size < 0 or end > scan.size:
-                raise scan.fail(
-                    offset,
-                    f"member {_text(header[:100])!r} needs bytes [{data}, {end}) but the file "
-                    f"ends at byte {scan.size} (truncated)",
-                )
+                problem = f"the member needs bytes [{data}, {end}) but the file ends at byte"
+                raise scan.fail(offset, f"{problem} {scan.size} (truncated)", name)
             if kind in (b"x", b"L"):  # the next member's PAX records, or GNU long name
                 record = scan.read(data, size)
                 if kind == b"x":
@@ -199,14 +207,8 @@ def scan_members(path: str | os.PathLike[str]) -> tuple[list[Member], int]:
             elif kind in (b"g", b"K"):  # PAX globals, GNU long link name: no sample data
                 pass
             else:
-                name = pax.get("path", long_name)
-                if name is None:
-                    name = _text(header[:100])
-                    prefix = _text(header[345:500]) if header[257:262] == b"ustar" else ""
-                    if prefix and header[257:265] != b"ustar  \0":  # POSIX prefix, not GNU
-                        name = f"{prefix}/{name}"
                 if kind == b"S":
-                    raise scan.fail(offset, f"member {name!r} is a sparse file (unsupported)")
+                    raise scan.fail(offset, "a sparse member (unsupported)", name)
                 if kind in _REGULAR and not (kind == b"\0" and name.endswith("/")):
                     scan.members.append(Member(name, data, size))
                 long_name, pax = None, {}
