@@ -73,7 +73,8 @@ class TarIndex:
     def changed(self, path: str, stat: os.stat_result, what: str) -> ValueError:
         """The error for the shard at ``path``, indexed as this, now of ``stat``."""
         return ValueError(
-            f"WebDataset shard {path!r} changed since it was indexed{what}: it was "
+            f"WebDataset shard {path!r} changed since it was indexed"
+            f"{f', found reading {what}' if what else ''}: it was "
             f"{self.size} bytes (mtime_ns {self.mtime_ns}), it is {stat.st_size} bytes "
             f"(mtime_ns {stat.st_mtime_ns}) now, so its samples may have moved. Restore the "
             "shard, or reopen it (open_webdataset) to index it again."

@@ -194,7 +194,7 @@ class WebDatasetShardReader:
         chunk = os.pread(fd, high - low, low)
         if len(chunk) != high - low:
             raise ValueError(
-                f"WebDataset shard {self._location!r} is cut short: {what.strip(' ,')} needs "
+                f"WebDataset shard {self._location!r} is cut short: {what} needs "
                 f"bytes [{low}, {high}) but the file now ends at {os.fstat(fd).st_size}. It "
                 "changed since it was indexed; restore it or reopen it."
             )
@@ -202,8 +202,8 @@ class WebDatasetShardReader:
 
     def _what(self, start: int, stop: int) -> str:
         if stop - start == 1:
-            return f" (reading sample {start}, key {self._index_keys[start]!r})"
-        return f" (reading samples {start} to {stop - 1}, keys {self._index_keys[start]!r}...)"
+            return f"sample {start} (key {self._index_keys[start]!r})"
+        return f"samples {start} to {stop - 1} (keys {self._index_keys[start]!r}...)"
 
     def _build(self, start: int, stop: int) -> list[Sample]:
         """Samples ``start:stop`` (in range) from one read of their bytes."""
