@@ -153,7 +153,7 @@ def read_sidecar(sidecar: str, stat: os.stat_result) -> TarIndex | None:
         and starts[-1] == members
         and bool(np.all(np.diff(starts) > 0))
         and fields.shape == sizes.shape == (members,)
-        and (members == 0 or int(offsets.max() + sizes.max()) <= stat.st_size)
+        and (members == 0 or int((offsets + sizes).max()) <= int(meta.get("end", -1)))
         and bool(np.all(fields < len(meta.get("names", ()))))
     )
     if not consistent:

@@ -127,8 +127,7 @@ class _Scan:
         )
 
     def read(self, offset: int, size: int) -> bytes:
-        self.file.seek(offset)
-        return self.file.read(size)
+        return os.pread(self.file.fileno(), size, offset)
 
 
 def _check_sum(scan: _Scan, offset: int, header: bytes) -> None:
@@ -137,9 +136,11 @@ def _check_sum(scan: _Scan, offset: int, header: bytes) -> None:
     except ValueError:
         problem = f"the header's checksum field {header[148:156]!r} is not octal"
         raise scan.fail(offset, problem) from None
-    unsigned = sum(header[:148]) + sum(header[156:]) + 8 * 32
-    signed = unsigned - 2 * sum(b for b in header[:148] + header[156:] if b > 127)
-    if stored not in (unsigned, signed):
+    unsigned = sum(header) - sum(header[148:156]) + 8 * 32  # the field counts as spaces
+    if stored == unsigned:
+        return
+    signed = unsigned - 256 * sum(b > 127 for b in header[:148] + header[156:])
+    if stored != signed:
         raise scan.fail(
             offset, f"bad header checksum (stored {stored}, computed {unsigned}; not a tar header)"
         )

@@ -499,4 +499,5 @@ def test_any_tar_of_samples_reads_back(
     assert reader.read_range(0, len(reader)) == [
         {"__key__": folder + key, "__url__": url, **fields} for key, fields in samples
     ]
+    assert _wds_index.read_sidecar(str(path) + ".index.npz", path.stat()) is not None
     assert len(WebDatasetShardReader(path)) == len(samples)  # from the sidecar
