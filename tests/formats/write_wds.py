@@ -12,7 +12,7 @@ It writes into ``OUT_DIR``:
 * ``edge-000000.tar``: odd samples by ``webdataset.TarWriter`` (a key in a folder, a
   key over 100 characters, a two-dot field, an empty field, a large member);
 * ``gnu-000000.tar``: a tar by :mod:`tarfile` in GNU format with members WebDataset skips
-  (a folder, a file without a dot, ``__meta__``) and a key that comes back later;
+  (a folder, a link, a file without a dot, ``__meta__``) and a key that comes back later;
 * ``expected.json``: every sample ``webdataset.WebDataset(url, shardshuffle=False)``
   yields from each shard (raw fields in base64), the same shards read with ``.decode()``
   (JSON-able values; arrays as ``{"dtype", "shape", "data"}``), and ``braceexpand`` of a
@@ -82,9 +82,11 @@ def write_gnu(path: Path) -> None:
         ("dir/", None),
         ("README", b"no dot: skipped"),
         ("__meta__", b"skipped"),
+        ("__meta__/info.txt", b"skipped too"),
         ("a.txt", b"first a"),
         ("a.cls", b"1"),
         ("b.txt", b"b"),
+        ("b.lnk", b"a.txt"),  # a symbolic link: skipped
         ("a.json", b'{"again": true}'),  # the key "a" again: a new sample
         ("dir/" + "n" * 110 + ".txt", b"a GNU long name"),
     ]
@@ -93,6 +95,9 @@ def write_gnu(path: Path) -> None:
             info = tarfile.TarInfo(name)
             if data is None:
                 info.type = tarfile.DIRTYPE
+                tar.addfile(info)
+            elif name.endswith(".lnk"):
+                info.type, info.linkname = tarfile.SYMTYPE, data.decode()
                 tar.addfile(info)
             else:
                 info.size = len(data)
