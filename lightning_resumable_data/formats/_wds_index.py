@@ -30,41 +30,37 @@ from numpy.typing import NDArray
 
 from lightning_resumable_data.formats._wds_tar import group_members, scan_members
 
-__all__ = ["INDEX_FORMAT", "INDEX_SUFFIX", "INDEX_VERSION", "TarIndex", "index_shard"]
+__all__ = [
+    "INDEX_FORMAT",
+    "INDEX_SUFFIX",
+    "INDEX_VERSION",
+    "Stamp",
+    "TarIndex",
+    "index_shard",
+    "load_index",
+    "stat_shard",
+]
 
 INDEX_FORMAT: Final = "lightning-resumable-data/webdataset-index"
 INDEX_VERSION: Final = 1
 INDEX_SUFFIX: Final = ".index.npz"
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class TarIndex:
-    """Where each sample's fields lie in one tar shard, and which file it describes.
+@dataclass(frozen=True, slots=True)
+class Stamp:
+    """What is known of an indexed shard without its arrays: its sample count and identity.
 
     Attributes:
+        samples: Samples in the shard.
         size: The shard's size in bytes when it was indexed.
         mtime_ns: The shard's modification time (ns) when it was indexed.
         end: Byte offset of the end-of-archive block.
-        names: Field names; ``fields`` holds indices into it.
-        keys: ``(S,)`` sample keys.
-        starts: ``(S + 1,)`` sample ``i`` owns members ``starts[i]:starts[i + 1]``.
-        fields: ``(M,)`` each member's field, an index into ``names``.
-        offsets: ``(M,)`` byte offset of each member's data.
-        sizes: ``(M,)`` byte count of each member's data.
     """
 
+    samples: int
     size: int
     mtime_ns: int
     end: int
-    names: tuple[str, ...]
-    keys: NDArray[np.str_]
-    starts: NDArray[np.int64]
-    fields: NDArray[np.int32]
-    offsets: NDArray[np.int64]
-    sizes: NDArray[np.int64]
-
-    def __len__(self) -> int:
-        return int(self.keys.shape[0])
 
     def matches(self, stat: os.stat_result) -> bool:
         """Whether the file ``stat`` describes is still the one indexed (size and mtime)."""
@@ -74,20 +70,44 @@ class TarIndex:
         """The error for the shard at ``path``, indexed as this, now of ``stat``."""
         return ValueError(
             f"WebDataset shard {path!r} changed since it was indexed"
-            f"{f', found reading {what}' if what else ''}: it was "
-            f"{self.size} bytes (mtime_ns {self.mtime_ns}), it is {stat.st_size} bytes "
-            f"(mtime_ns {stat.st_mtime_ns}) now, so its samples may have moved. Restore the "
-            "shard, or reopen it (open_webdataset) to index it again."
+            f"{f', found reading {what}' if what else ''}: it was {self.size} bytes "
+            f"(mtime_ns {self.mtime_ns}), it is {stat.st_size} bytes (mtime_ns "
+            f"{stat.st_mtime_ns}) now, so its samples may have moved. Restore the shard, or "
+            "reopen it (open_webdataset) to index it again."
         )
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class TarIndex:
+    """Where each sample's fields lie in one tar shard, and which file it describes.
+
+    Attributes:
+        stamp: The shard's sample count, size, mtime and end-of-archive offset.
+        names: Field names; ``fields`` holds indices into it.
+        keys: ``(S,)`` sample keys.
+        starts: ``(S + 1,)`` sample ``i`` owns members ``starts[i]:starts[i + 1]``.
+        fields: ``(M,)`` each member's field, an index into ``names``.
+        offsets: ``(M,)`` byte offset of each member's data.
+        sizes: ``(M,)`` byte count of each member's data.
+    """
+
+    stamp: Stamp
+    names: tuple[str, ...]
+    keys: NDArray[np.str_]
+    starts: NDArray[np.int64]
+    fields: NDArray[np.int32]
+    offsets: NDArray[np.int64]
+    sizes: NDArray[np.int64]
 
     def arrays(self) -> dict[str, NDArray[Any]]:
         """The sidecar's arrays, ``meta`` included."""
         meta = {
             "format": INDEX_FORMAT,
             "version": INDEX_VERSION,
-            "size": self.size,
-            "mtime_ns": self.mtime_ns,
-            "end": self.end,
+            "samples": self.stamp.samples,
+            "size": self.stamp.size,
+            "mtime_ns": self.stamp.mtime_ns,
+            "end": self.stamp.end,
             "names": list(self.names),
         }
         return {
@@ -116,9 +136,7 @@ def build_index(path: str, stat: os.stat_result) -> TarIndex:
     starts = np.zeros(len(counts) + 1, dtype=np.int64)
     np.cumsum(counts, out=starts[1:])
     return TarIndex(
-        size=stat.st_size,
-        mtime_ns=stat.st_mtime_ns,
-        end=end,
+        stamp=Stamp(len(keys), stat.st_size, stat.st_mtime_ns, end),
         names=tuple(names),
         keys=np.array(keys, dtype=np.str_) if keys else np.zeros(0, dtype="<U1"),
         starts=starts,
@@ -128,40 +146,61 @@ def build_index(path: str, stat: os.stat_result) -> TarIndex:
     )
 
 
-def read_sidecar(sidecar: str, stat: os.stat_result) -> TarIndex | None:
-    """The index saved at ``sidecar`` if it is valid and describes the file of ``stat``."""
-    try:
-        with np.load(sidecar, allow_pickle=False) as archive:
-            meta = json.loads(archive["meta"].tobytes())
-            keys, starts = archive["keys"], archive["starts"]
-            fields, offsets, sizes = archive["fields"], archive["offsets"], archive["sizes"]
-    except (OSError, ValueError, KeyError, EOFError):  # missing, partial, foreign
-        return None
-    if not isinstance(meta, dict) or (meta.get("format"), meta.get("version")) != (
+def _meta(archive: Any) -> dict[str, Any] | None:
+    """The ``meta`` of an open sidecar, if it is one of this format and version."""
+    meta = json.loads(archive["meta"].tobytes())
+    ok = isinstance(meta, dict) and (meta.get("format"), meta.get("version")) == (
         INDEX_FORMAT,
         INDEX_VERSION,
-    ):
+    )
+    return meta if ok else None
+
+
+def read_stamp(sidecar: str, stat: os.stat_result) -> Stamp | None:
+    """The stamp saved at ``sidecar`` (only its ``meta`` is read) if it describes ``stat``."""
+    try:
+        with np.load(sidecar, allow_pickle=False) as archive:
+            meta = _meta(archive)
+            if meta is None:
+                return None
+            values = [meta[name] for name in ("samples", "size", "mtime_ns", "end")]
+    except (OSError, ValueError, KeyError, TypeError, EOFError):  # missing, partial, foreign
         return None
-    if (meta.get("size"), meta.get("mtime_ns")) != (stat.st_size, stat.st_mtime_ns):
-        return None  # the shard changed since: stale
+    if not all(type(value) is int and value >= 0 for value in values):
+        return None
+    stamp = Stamp(*values)
+    return stamp if stamp.matches(stat) else None  # else stale: the shard changed since
+
+
+def read_sidecar(sidecar: str, stamp: Stamp) -> TarIndex | None:
+    """The index saved at ``sidecar`` if it is valid and has ``stamp``."""
+    try:
+        with np.load(sidecar, allow_pickle=False) as archive:
+            meta = _meta(archive)
+            keys, starts = archive["keys"], archive["starts"]
+            fields, offsets, sizes = archive["fields"], archive["offsets"], archive["sizes"]
+            saved = None if meta is None else Stamp(**{k: meta[k] for k in Stamp.__slots__})
+    except (OSError, ValueError, KeyError, TypeError, EOFError):
+        return None
     members = offsets.shape[0]
     consistent = (
-        keys.dtype.kind == "U"
+        meta is not None
+        and saved == stamp
+        and keys.dtype.kind == "U"
         and starts.dtype == np.int64
-        and starts.shape == (keys.shape[0] + 1,)
+        and starts.shape == (stamp.samples + 1,) == (keys.shape[0] + 1,)
         and starts[0] == 0
         and starts[-1] == members
         and bool(np.all(np.diff(starts) > 0))
         and fields.shape == sizes.shape == (members,)
-        and (members == 0 or int((offsets + sizes).max()) <= int(meta.get("end", -1)))
+        and (members == 0 or int((offsets + sizes).max()) <= stamp.end)
         and bool(np.all(fields < len(meta.get("names", ()))))
     )
     if not consistent:
         return None
+    assert meta is not None  # consistent
     return TarIndex(
-        size=stat.st_size,
-        mtime_ns=stat.st_mtime_ns,
-        end=int(meta["end"]),
+        stamp=stamp,
         names=tuple(meta["names"]),
         keys=keys,
         starts=starts,
@@ -189,26 +228,52 @@ def write_sidecar(sidecar: str, index: TarIndex) -> bool:
     return True
 
 
-def index_shard(path: str, *, save: bool = True) -> tuple[TarIndex, str | None]:
-    """The index of the shard at ``path``: its valid sidecar, or a fresh scan (then saved).
+def stat_shard(path: str, stamp: Stamp | None = None) -> os.stat_result:
+    """``os.stat(path)``; a missing shard's error says if it was indexed (as ``stamp``)."""
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        if stamp is None:
+            problem = "does not exist. Check the path or the pattern."
+        else:
+            problem = f"vanished after it was indexed ({stamp.samples} samples). Restore it."
+        raise FileNotFoundError(f"WebDataset shard {path!r} {problem}") from None
 
-    Returns the index and the sidecar holding it (``None`` when it is kept in memory only).
+
+def index_shard(path: str, *, save: bool = True) -> tuple[Stamp, TarIndex | None, str | None]:
+    """The stamp of the shard at ``path``, from its valid sidecar or from a scan (then saved).
+
+    Returns the stamp, the index if a scan built it (``None`` if the sidecar was valid: only
+    its stamp was read), and the sidecar (``None`` when the index is in memory only).
 
     Raises:
         FileNotFoundError: No file at ``path``.
         ValueError: The tar is corrupt or compressed (see :func:`._wds_tar.scan_members`).
     """
-    try:
-        stat = os.stat(path)
-    except FileNotFoundError:
-        raise FileNotFoundError(
-            f"WebDataset shard {path!r} does not exist. Check the path or the pattern."
-        ) from None
+    stat = stat_shard(path)
     sidecar = path + INDEX_SUFFIX
-    index = read_sidecar(sidecar, stat)
-    if index is not None:
-        return index, sidecar
+    stamp = read_stamp(sidecar, stat)
+    if stamp is not None:
+        return stamp, None, sidecar
     index = build_index(path, stat)
-    if save and write_sidecar(sidecar, index):
-        return index, sidecar
-    return index, None
+    written = save and write_sidecar(sidecar, index)
+    return index.stamp, index, sidecar if written else None
+
+
+def load_index(path: str, stamp: Stamp, sidecar: str | None) -> TarIndex:
+    """The index of ``stamp``: from ``sidecar``, or scanned again if that is gone or damaged.
+
+    Raises:
+        ValueError: The shard changed since ``stamp`` (or is now corrupt).
+    """
+    index = None if sidecar is None else read_sidecar(sidecar, stamp)
+    if index is None:
+        stat = stat_shard(path)
+        if not stamp.matches(stat):
+            raise stamp.changed(path, stat, "")
+        index = build_index(path, stat)
+        if index.stamp != stamp:
+            raise stamp.changed(path, stat, "")
+        if sidecar is not None:
+            write_sidecar(sidecar, index)
+    return index

@@ -1,16 +1,12 @@
 """WebDataset ``.tar`` shards, read natively and by sample: :class:`WebDatasetShardReader`.
 
-A WebDataset shard is a plain tar whose members are named ``<key>.<field>``; consecutive
-members with one key form a sample. The reader lists the members once from the tar's
-headers (no member data is read), keeps where each field's bytes lie in a sidecar next to
-the shard (``<shard>.index.npz``, see :mod:`._wds_index`), and then reads any sample with
-one positioned read, so a :class:`~lightning_resumable_data.DistributedShardedDataset`
-over the shards shuffles, resumes and changes world size exactly as over token shards,
-with no conversion of the data.
-
-A sample is a dict as WebDataset yields it: ``__key__``, ``__url__`` (the shard path as
-given) and one entry per field, its bytes; ``decode=True`` decodes text, JSON, ints and
-``.npy`` arrays and leaves images and audio as bytes (see :mod:`._wds_decode`).
+A WebDataset shard is a plain tar of members ``<key>.<field>``; consecutive members with one
+key form a sample. The reader lists the members once from the tar's headers into a sidecar
+``<shard>.index.npz`` (:mod:`._wds_index`), then reads any sample with one positioned read,
+so :class:`~lightning_resumable_data.DistributedShardedDataset` shuffles, resumes and changes
+world size over the shards as over token shards. A sample is a dict as WebDataset yields it:
+``__key__``, ``__url__`` (the shard path) and the fields' bytes; ``decode=True`` decodes text,
+JSON, ints and ``.npy`` and leaves images and audio as bytes (:mod:`._wds_decode`).
 """
 
 from __future__ import annotations
@@ -31,7 +27,12 @@ from lightning_resumable_data.formats._wds_decode import (
     Decoders,
     decode_fields,
 )
-from lightning_resumable_data.formats._wds_index import TarIndex, index_shard
+from lightning_resumable_data.formats._wds_index import (
+    TarIndex,
+    index_shard,
+    load_index,
+    stat_shard,
+)
 from lightning_resumable_data.formats._wds_paths import brace_expand, expand_shards
 from lightning_resumable_data.shards.protocol import check_index, check_range
 
@@ -96,8 +97,10 @@ class WebDatasetShardReader:
             )
         self._decoders: Decoders | None = dict(decode) if decode else None
         self.preload = bool(preload)
-        self._index, self.index_file = index_shard(self._location, save=save_index)
-        self._index_keys: list[str] = self._index.keys.tolist()
+        self._stamp, built, self.index_file = index_shard(self._location, save=save_index)
+        # arrays resident only while loaded (10^4 shards: GBs), unless no sidecar holds them
+        self._pinned = built if self.index_file is None else None
+        self._index: TarIndex | None = self._pinned
         self._data: bytes | None = None
         self._fd: int | None = None
         self._lock = threading.Lock()
@@ -115,15 +118,18 @@ class WebDatasetShardReader:
 
     @property
     def index(self) -> TarIndex:
-        """Where every field of every sample lies (see :class:`._wds_index.TarIndex`)."""
-        return self._index
+        """Where every field of every sample lies (read from the sidecar until ``close()``)."""
+        index = self._index
+        if index is None:
+            index = self._index = load_index(self._location, self._stamp, self.index_file)
+        return index
 
     def key(self, index: int) -> str:
-        """The ``__key__`` of sample ``index``, from the index (nothing is read)."""
-        return self._index_keys[check_index(self.name, index, len(self))]
+        """The ``__key__`` of sample ``index``, from the index (no sample is read)."""
+        return str(self.index.keys[check_index(self.name, index, len(self))])
 
     def __len__(self) -> int:
-        return len(self._index_keys)
+        return self._stamp.samples
 
     @property
     def loaded(self) -> bool:
@@ -143,42 +149,37 @@ class WebDatasetShardReader:
             if self.loaded:
                 return
             with open(self._location, "rb") as file:
-                stat = os.fstat(file.fileno())
-                if not self._index.matches(stat):
-                    raise self._index.changed(self._location, stat, what)
+                stat, stamp = os.fstat(file.fileno()), self._stamp
+                if not stamp.matches(stat):
+                    raise stamp.changed(self._location, stat, what)
+                self.index  # noqa: B018 (resident with the data)
                 if not self.preload:
                     self._fd = os.dup(file.fileno())
-                elif len(data := file.read(self._index.end)) == self._index.end:
+                elif len(data := file.read(stamp.end)) == stamp.end:
                     self._data = data
                 else:  # cut short since the stat
-                    raise self._index.changed(self._location, os.fstat(file.fileno()), what)
+                    raise stamp.changed(self._location, os.fstat(file.fileno()), what)
             self.loads += 1
 
     def close(self) -> None:
         """Release the memory or the open file. Idempotent."""
         with self._lock:
-            fd, self._fd, self._data = self._fd, None, None
+            fd, self._fd, self._data, self._index = self._fd, None, None, self._pinned
         if fd is not None:
             os.close(fd)
 
     def check(self) -> None:
         """Raise ``FileNotFoundError``/``ValueError`` if the shard vanished or changed."""
-        try:
-            stat = os.stat(self._location)
-        except FileNotFoundError:
-            raise FileNotFoundError(
-                f"WebDataset shard {self._location!r} vanished after it was indexed "
-                f"({len(self)} samples). Restore it, or reopen the shard list."
-            ) from None
-        if not self._index.matches(stat):
-            raise self._index.changed(self._location, stat, "")
+        stat = stat_shard(self._location, self._stamp)
+        if not self._stamp.matches(stat):
+            raise self._stamp.changed(self._location, stat, "")
 
     def _span(self, start: int, stop: int, what: str) -> tuple[bytes | memoryview, int]:
         """The bytes of samples ``start:stop`` (in range, non-empty) and their file offset."""
-        members = self._index.starts
-        first, last = int(members[start]), int(members[stop]) - 1
-        low = int(self._index.offsets[first])
-        high = int(self._index.offsets[last] + self._index.sizes[last])
+        index = self.index
+        first, last = int(index.starts[start]), int(index.starts[stop]) - 1
+        low = int(index.offsets[first])
+        high = int(index.offsets[last] + index.sizes[last])
         if not self.loaded:
             self._open(what)
         data = self._data
@@ -198,16 +199,16 @@ class WebDatasetShardReader:
         return chunk, low
 
     def _what(self, start: int, stop: int) -> str:
-        if stop - start == 1:
-            return f"sample {start} (key {self._index_keys[start]!r})"
-        return f"samples {start} to {stop - 1} (keys {self._index_keys[start]!r}...)"
+        what = f"sample {start}" if stop - start == 1 else f"samples {start} to {stop - 1}"
+        return f"{what} (key {str(self.index.keys[start])!r}{'...' * (stop - start > 1)})"
 
     def _build(self, start: int, stop: int) -> list[Sample]:
         """Samples ``start:stop`` (in range) from one read of their bytes."""
         if start == stop:
             return []
         data, low = self._span(start, stop, self._what(start, stop))
-        index = self._index
+        index = self.index
+        keys = index.keys[start:stop].tolist()
         bounds = index.starts[start : stop + 1].tolist()
         first, end = bounds[0], bounds[-1]
         offsets = (index.offsets[first:end] - low).tolist()
@@ -215,7 +216,7 @@ class WebDatasetShardReader:
         fields = [index.names[f] for f in index.fields[first:end].tolist()]
         samples = []
         for number, (begin, finish) in enumerate(itertools.pairwise(bounds)):
-            sample: Sample = {"__key__": self._index_keys[start + number], "__url__": self.path}
+            sample: Sample = {"__key__": keys[number], "__url__": self.path}
             for member in range(begin - first, finish - first):
                 at = offsets[member]
                 sample[fields[member]] = bytes(data[at : at + sizes[member]])
@@ -249,7 +250,7 @@ class WebDatasetShardReader:
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle the index, not the open file or the loaded bytes (workers load their own)."""
-        return {**self.__dict__, "_data": None, "_fd": None, "_lock": None}
+        return {**self.__dict__, "_data": None, "_fd": None, "_lock": None, "_index": self._pinned}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state, _lock=threading.Lock())

@@ -225,7 +225,30 @@ def test_a_rewritten_shard_invalidates_its_sidecar(
     assert WebDatasetShardReader(path).key(0) == "000010"
     sidecar.write_bytes(b"not an index")  # damaged: rebuilt
     assert WebDatasetShardReader(path).key(0) == "000010"
-    assert _wds_index.read_sidecar(str(sidecar), path.stat()) is not None
+    assert _wds_index.read_stamp(str(sidecar), path.stat()) is not None
+
+
+def test_the_index_is_resident_only_while_loaded(
+    corpus: tuple[Path, Expected], tmp_path: Path
+) -> None:
+    path = copy_shard(corpus, tmp_path, "shard-000001.tar")
+    built = WebDatasetShardReader(path)
+    reader = WebDatasetShardReader(path)  # from the sidecar: only its stamp is read
+    assert reader.__dict__["_index"] is None
+    assert built.__dict__["_index"] is None  # saved, so not kept
+    assert reader.read(3) == built.read(3)
+    assert reader.__dict__["_index"] is not None
+    reader.close()
+    assert reader.__dict__["_index"] is None
+    Path(str(path) + ".index.npz").unlink()  # the sidecar vanished: scanned again
+    assert reader.key(9) == "000019"
+    assert Path(str(path) + ".index.npz").is_file()
+    reader.close()
+    Path(str(path) + ".index.npz").unlink()
+    with path.open("ab") as file:
+        file.write(bytes(512))
+    with pytest.raises(ValueError, match=r"shard-000001\.tar' changed since it was indexed"):
+        reader.read(0)
 
 
 def test_an_unwritable_folder_keeps_the_index_in_memory(
@@ -242,6 +265,9 @@ def test_an_unwritable_folder_keeps_the_index_in_memory(
     assert len(reader) == 10
     assert sorted(p.name for p in tmp_path.iterdir()) == ["shard-000002.tar"]
     assert reader.read(9)["__key__"] == "000029"
+    reader.close()
+    assert reader.key(9) == "000029"  # still in memory
+    assert pickle.loads(pickle.dumps(reader)).read(9) == reader.read(9)
     assert WebDatasetShardReader(path, save_index=False).index_file is None
 
 
@@ -249,7 +275,7 @@ def test_a_reader_pickles_without_its_data(corpus: tuple[Path, Expected]) -> Non
     reader = open_webdataset(shards(corpus))[0]
     reader.load()
     blob = pickle.dumps(reader)
-    assert len(blob) < os.path.getsize(reader.path) // 4
+    assert len(blob) < 2000  # neither the bytes nor the index: the sidecar holds it
     copy = pickle.loads(blob)
     assert not copy.loaded
     assert len(copy) == len(reader)
@@ -505,5 +531,5 @@ def test_any_tar_of_samples_reads_back(
     assert reader.read_range(0, len(reader)) == [
         {"__key__": folder + key, "__url__": url, **fields} for key, fields in samples
     ]
-    assert _wds_index.read_sidecar(str(path) + ".index.npz", path.stat()) is not None
+    assert _wds_index.read_stamp(str(path) + ".index.npz", path.stat()) is not None
     assert len(WebDatasetShardReader(path)) == len(samples)  # from the sidecar
