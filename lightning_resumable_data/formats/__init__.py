@@ -7,7 +7,9 @@ mixtures and the elastic, exactly-once resume work over them unchanged:
 * :func:`open_mds`: MosaicML Streaming's MDS (``index.json`` + shards, every column
   encoding, compressed shards): :class:`MDSShardReader` per shard;
 * :func:`open_litdata`: LitData's optimized chunks (``litdata.optimize``; PyTree items or
-  ``TokensLoader`` token blocks): :class:`LitDataChunkReader` per chunk.
+  ``TokensLoader`` token blocks): :class:`LitDataChunkReader` per chunk;
+* :func:`open_webdataset`: WebDataset tar shards (samples grouped by key, a header-only
+  index per shard kept beside it): :class:`WebDatasetShardReader` per shard.
 
 Example::
 
@@ -20,5 +22,13 @@ Example::
 
 from lightning_resumable_data.formats.litdata import LitDataChunkReader, open_litdata
 from lightning_resumable_data.formats.mds import MDSShardReader, open_mds
+from lightning_resumable_data.formats.wds import WebDatasetShardReader, open_webdataset
 
-__all__ = ["LitDataChunkReader", "MDSShardReader", "open_litdata", "open_mds"]
+__all__ = [
+    "LitDataChunkReader",
+    "MDSShardReader",
+    "WebDatasetShardReader",
+    "open_litdata",
+    "open_mds",
+    "open_webdataset",
+]
