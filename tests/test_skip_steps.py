@@ -155,6 +155,11 @@ def test_lrd_skip_writes_a_checkpoint_that_resumes_past_the_steps(
     out = capsys.readouterr().out
     assert "(step 5; 1 rank x batch 4, accumulating 1)" in out, out
     assert "steps 8 to 12, 18 to 19 cut: epoch 0, positions 32 to 39 (8 samples); epoch 1, " in out
+    assert main(["inspect", str(edited)]) == 0  # the cut epoch is shorter, the later ones not
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "Per rank: 12 samples = 3 batches of 4; epoch 0 counts 8 batches" in shown, shown
+    assert "later epochs 7." in shown  # epoch 1 is cut too: 28 samples
+    assert "left out" not in shown
     rest, dataset = _fit(tmp_path / "r", [], batch_size=resume_batch, ckpt=edited)
     assert _samples(head.ledger) + _samples(rest.ledger) == _samples(whole.ledger)
     assert sorted(dataset.reads) == sorted(_samples(rest.ledger))  # nothing cut was read

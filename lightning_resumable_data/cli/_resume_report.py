@@ -8,6 +8,7 @@ from typing import Any
 
 from lightning_resumable_data.cli._dryrun import DryRun, resume_datamodule, resume_loader
 from lightning_resumable_data.cli._reading import DataState
+from lightning_resumable_data.index.partition import samples_per_rank
 from lightning_resumable_data.index.permutation import check_algorithm
 from lightning_resumable_data.lightning.plan import PlanConfig
 from lightning_resumable_data.samplers.distributed import DistributedSampler
@@ -108,21 +109,23 @@ def resume_report(
         return report | {"ok": False, "error": f"unexpected sampler {type(sampler).__name__}"}
     consumed = int(state["consumed"])
     per_rank = sampler.samples_left(consumed)
-    remaining = max(sampler.epoch_length - consumed, 0)
+    epoch = int(state["epoch"])
+    remaining = max(sampler.epoch_size(epoch) - consumed, 0)  # less what lrd skip cut
+    later = samples_per_rank(sampler.epoch_size(epoch + 1), world_size, sampler.drop_last)
 
     def batches(samples: int) -> int:
         return samples // batch_size if loader.drop_last else -(-samples // batch_size)
 
     left = batches(per_rank)
     report |= {
-        "epoch": int(state["epoch"]),
+        "epoch": epoch,
         "consumed": consumed,
         "remaining_samples": remaining,
         "samples_per_rank": per_rank,
         "batches_left": left,
         "epoch_batches": loader.batches_yielded + left,
         "batches_done": loader.batches_yielded,
-        "batches_per_epoch": batches(len(sampler)),
+        "batches_per_epoch": batches(later),
         "last_batch": per_rank % batch_size,
         "padding": max(per_rank * world_size - remaining, 0),
         "dropped": max(remaining - per_rank * world_size, 0),
