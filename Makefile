@@ -26,6 +26,23 @@ $(STAMP): pyproject.toml Makefile
 	$(PIP_INSTALL) -e ".[test,docs,cli]"
 	touch $(STAMP)
 
+# The peers' own writers (tests/formats: MosaicML Streaming's MDSWriter, litdata.optimize,
+# webdataset's ShardWriter) in a venv of their own: their pins (numpy<2.2, transformers,
+# torchvision) stay out of .venv. Tests run them in a subprocess to write the corpora.
+PEERS := .venv-peers
+PEERS_STAMP := $(PEERS)/.installed
+PEER_PACKAGES := mosaicml-streaming==0.13.0 litdata==0.2.76 webdataset==1.0.2 wids==0.1.11 \
+	pillow zstd python-snappy brotli cryptography
+
+$(PEERS_STAMP): Makefile
+	@echo "== the peers' writers (tests/formats) into $(PEERS) (once; about a minute)"
+	$(PYTHON) -m venv $(PEERS)
+	printf '%s\n' "$(TORCH_SPEC)" > $(PEERS)/constraints.txt
+	$(PEERS)/bin/pip install --progress-bar off --disable-pip-version-check -q "$(TORCH_SPEC)"
+	$(PEERS)/bin/pip install --progress-bar off --disable-pip-version-check -q \
+		-c $(PEERS)/constraints.txt $(PEER_PACKAGES)
+	touch $(PEERS_STAMP)
+
 wheel: setup  ## dist/lightning_resumable_data-<version>-py3-none-any.whl, to install elsewhere
 	$(PY) -m pip wheel --quiet --no-deps --no-build-isolation --wheel-dir dist .
 	@ls dist/lightning_resumable_data-*.whl
@@ -50,7 +67,7 @@ typecheck: setup
 
 # Two worker processes, each file on one of them (a page's snippets share a namespace, and
 # a file's fixtures are set up once): about half the wall time on 2 cores.
-unit: setup
+unit: setup $(PEERS_STAMP)
 	$(PY) -m pytest -n 2 --dist loadfile
 
 docs: setup
@@ -88,4 +105,4 @@ mutate: setup
 	$(PY) -m mutmut results
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis mutants
+	rm -rf $(VENV) $(PEERS) .mypy_cache .ruff_cache .pytest_cache .hypothesis mutants
