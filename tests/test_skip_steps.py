@@ -140,6 +140,9 @@ def test_trace_names_what_the_skip_run_trained(tmp_path: Path) -> None:
     for step, batches in model.ledger.items():
         (traced,) = trace(last, step)["batches"]
         assert traced["ranks"][0]["indices"] == batches[0], step
+    # positions are those of the epoch's whole order: step 3 read what step 6 would have
+    (traced,) = trace(last, 3)["batches"]
+    assert (traced["consumed"], traced["start"], traced["ranks"][0]["positions"][0]) == (12, 24, 24)
 
 
 @pytest.mark.parametrize("resume_batch", [4, 2])

@@ -197,7 +197,14 @@ def test_lrd_trace_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert "sample 20 is out of range for a dataset of 20 samples" in capsys.readouterr().err
     assert main(["inspect", str(last), "--json"]) == 0  # lrd inspect says what is recorded
     history = json.loads(capsys.readouterr().out)["history"]
-    assert history == {"first_step": 0, "last_step": 5, "runs": 2, "online_changes": 0}  # 2 epochs
+    assert history == {  # 2 epochs, nothing cut
+        "first_step": 0,
+        "last_step": 5,
+        "runs": 2,
+        "online_changes": 0,
+        "skipped_steps": [],
+        "skipped_samples": {},
+    }
     assert main(["inspect", str(last)]) == 0
     assert "history      steps 0 to 5 recorded (2 runs): lrd trace" in capsys.readouterr().out
     older = torch.load(last, weights_only=False)

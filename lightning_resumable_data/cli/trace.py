@@ -150,6 +150,7 @@ def _batch_json(batch: TracedBatch) -> dict[str, Any]:
     return {
         "epoch": where.epoch,
         "consumed": where.consumed,
+        "start": batch.start if batch.start >= 0 else where.consumed,
         "world_size": where.world,
         "batch_size": where.batch_size,
         "ranks": ranks,
@@ -177,7 +178,8 @@ def format_trace(report: dict[str, Any]) -> str:
         most = max((len(rank["indices"]) for rank in batch["ranks"]), default=0)
         short = " (the epoch's last, short batch)" if most < batch["batch_size"] else ""
         lines.append(
-            f"batch {number}: epoch {batch['epoch']}, from global sample {batch['consumed']}, "
+            f"batch {number}: epoch {batch['epoch']}, from global sample "
+            f"{batch.get('start', batch['consumed'])}, "
             f"{batch['world_size']} {ranks} x {most if short else batch['batch_size']} "
             f"samples{short}"
         )

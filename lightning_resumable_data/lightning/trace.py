@@ -25,12 +25,14 @@ import numpy as np
 from numpy.typing import NDArray
 
 from lightning_resumable_data.index.partition import samples_per_rank
-from lightning_resumable_data.index.skips import skipped
+from lightning_resumable_data.index.skips import skipped, to_base
 from lightning_resumable_data.lightning.history import DataHistory, StepBatch
 from lightning_resumable_data.samplers._distributed_state import skipping
 from lightning_resumable_data.samplers._rank_order import Order
 from lightning_resumable_data.samplers.distributed import DistributedSampler
 from lightning_resumable_data.samplers.mixture import MixtureSampler
+
+View = tuple[Order, int, list[tuple[int, int]]]  # an epoch's order as read, length, cuts
 
 __all__ = [
     "Occurrence",
@@ -63,10 +65,15 @@ class RankSamples:
 
 @dataclass(frozen=True)
 class TracedBatch:
-    """One batch of a step: where it began, its layout and each rank's samples."""
+    """One batch of a step: where it began, its layout and each rank's samples.
+
+    ``start`` is where it began in the epoch's whole order; it differs from
+    ``batch.consumed`` (a position of the order that remains) after skipped steps.
+    """
 
     batch: StepBatch
     ranks: tuple[RankSamples, ...]
+    start: int = -1
 
 
 def trace_step(
@@ -113,18 +120,23 @@ def trace_step(
         if batch.epoch not in orders:  # an epoch's order once (randperm builds the epoch)
             orders[batch.epoch] = _epoch_order(sampler, history, batch.epoch)
         view = orders[batch.epoch]
-        traced.append(TracedBatch(batch, tuple(_rank(sampler, view, batch, r) for r in wanted)))
+        rows = tuple(_rank(sampler, view, batch, r) for r in wanted)
+        start = int(_base(np.array([batch.consumed], np.int64), view)[0])
+        traced.append(TracedBatch(batch, rows, start))
     return traced
 
 
-def _epoch_order(
-    sampler: DistributedSampler, history: DataHistory, epoch: int
-) -> tuple[Order, int]:
-    """``epoch``'s order as it was read (less its skipped steps) and its length."""
+def _base(positions: NDArray[np.int64], view: View) -> NDArray[np.int64]:
+    """Positions of the order that remains as positions of the epoch's whole order."""
+    return to_base(positions, view[2]) if view[2] else positions
+
+
+def _epoch_order(sampler: DistributedSampler, history: DataHistory, epoch: int) -> View:
+    """``epoch``'s order as it was read (less its skipped steps), its length and the cuts."""
     order, ranges = sampler._order(epoch), history.skips.get(epoch) or sampler.skips.get(epoch)
     if not ranges:
-        return order, sampler.epoch_length
-    return skipping(order, ranges), sampler.epoch_length - skipped(ranges)
+        return order, sampler.epoch_length, []
+    return skipping(order, ranges), sampler.epoch_length - skipped(ranges), ranges
 
 
 def replay_changes(sampler: DistributedSampler, history: DataHistory) -> None:
@@ -181,14 +193,16 @@ def find_sample(sampler: DistributedSampler, history: DataHistory, index: int) -
     if finished is None:
         return []
     for epoch in history.epochs:
-        lookup, length = _epoch_order(sampler, history, epoch)
+        view = _epoch_order(sampler, history, epoch)
+        lookup, length = view[0], view[1]
         order = np.asarray(lookup(np.arange(length, dtype=np.int64)))
         for position in np.flatnonzero(order == index).tolist():
             for padded in (position, position + length):  # the padded tail wraps around
                 for step, batch in history.batches_at(epoch, padded):
                     j, rank = divmod(padded - batch.consumed, batch.world)
                     if step <= finished[1] and j < _count(sampler, length, batch, rank):
-                        found.append(Occurrence(epoch, step, rank, padded))
+                        where = int(_base(np.array([padded], np.int64), view)[0])
+                        found.append(Occurrence(epoch, step, rank, where))
     return found
 
 
@@ -202,14 +216,13 @@ def _count(sampler: DistributedSampler, length: int, batch: StepBatch, rank: int
     return min(batch.batch_size, left)
 
 
-def _rank(
-    sampler: DistributedSampler, view: tuple[Order, int], batch: StepBatch, rank: int
-) -> RankSamples:
-    """Rank ``rank``'s samples of ``batch``; ``view``: its epoch's order and length."""
-    order, length = view
+def _rank(sampler: DistributedSampler, view: View, batch: StepBatch, rank: int) -> RankSamples:
+    """Rank ``rank``'s samples of ``batch``; ``view``: its epoch's order, length and cuts."""
+    order, length, _ = view
     count = _count(sampler, length, batch, rank)
     positions = batch.consumed + rank + batch.world * np.arange(count, dtype=np.int64)
     indices = np.asarray(order(positions % max(length, 1)), dtype=np.int64)
+    positions = _base(positions, view)
     if isinstance(sampler, MixtureSampler):
         dataset = sampler.mixture
         starts = np.cumsum([0, *dataset.sizes], dtype=np.int64)
