@@ -27,7 +27,7 @@ from numpy.typing import NDArray
 from lightning_resumable_data.index.partition import samples_per_rank
 from lightning_resumable_data.index.skips import skipped, to_base
 from lightning_resumable_data.lightning.history import DataHistory, StepBatch
-from lightning_resumable_data.samplers._distributed_state import skipping
+from lightning_resumable_data.samplers._cut_order import skipping
 from lightning_resumable_data.samplers._rank_order import Order
 from lightning_resumable_data.samplers.distributed import DistributedSampler
 from lightning_resumable_data.samplers.mixture import MixtureSampler

@@ -7,24 +7,23 @@ changes anything.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Protocol
 
 from lightning_resumable_data.index.partition import epoch_total_size
-from lightning_resumable_data.index.skips import add_skip, check_ranges, skipped, to_base
+from lightning_resumable_data.index.skips import check_ranges, skipped
 from lightning_resumable_data.pins import check_pins
-from lightning_resumable_data.samplers._arguments import SEED_LIMIT, check_non_negative_int
+from lightning_resumable_data.samplers._arguments import SEED_LIMIT
+from lightning_resumable_data.samplers._cuts import Quarantine, check_quarantine, quarantine_state
 from lightning_resumable_data.state import StateMismatchError, check_state, make_state
 
 Positions = Any  # an array of positions (or of dataset indices)
 
 __all__ = [
     "PositionOwner",
-    "epoch_skips",
+    "loaded_cuts",
     "loaded_position",
-    "loaded_skips",
     "position_state",
-    "skipping",
 ]
 
 
@@ -62,6 +61,13 @@ class PositionOwner(Protocol):
         """Skipped ranges of base positions, by epoch (``skip_positions``)."""
 
     @property
+    def quarantined(self) -> Sequence[Quarantine]:
+        """Quarantined samples, from where (``quarantine``)."""
+
+    def cuts(self, epoch: int) -> list[tuple[int, int]]:
+        """The base ranges ``epoch``'s order leaves out."""
+
+    @property
     def epoch(self) -> int:
         """The current epoch."""
 
@@ -78,7 +84,9 @@ def position_state(owner: PositionOwner, epoch: int, consumed: int) -> dict[str,
 
     Example:
         >>> from types import SimpleNamespace
-        >>> owner = SimpleNamespace(KIND="K", fingerprint={}, pins={}, num_replicas=2, skips={})
+        >>> owner = SimpleNamespace(
+        ...     KIND="K", fingerprint={}, pins={}, num_replicas=2, skips={}, quarantined=[]
+        ... )
         >>> state = position_state(owner, 1, 4)
         >>> state["epoch"], state["consumed"], state["num_replicas"]
         (1, 4, 2)
@@ -100,66 +108,44 @@ def position_state(owner: PositionOwner, epoch: int, consumed: int) -> dict[str,
     ]
     if skips:  # the epochs to come keep their skips; past ones are done with
         state["skips"] = skips
+    if owner.quarantined:  # kept for every later epoch
+        state["quarantine"] = quarantine_state(owner.quarantined)
     return state
 
 
-def epoch_skips(owner: PositionOwner, epoch: int, start: int, stop: int) -> list[tuple[int, int]]:
-    """``epoch``'s skipped ranges with positions ``[start, stop)`` of its order cut as well.
-
-    Raises:
-        ValueError: The positions are computed already, or not inside what the epoch reads.
-    """
-    epoch = check_non_negative_int("epoch", epoch)
-    start, stop = check_non_negative_int("start", start), check_non_negative_int("stop", stop)
-    size = owner.epoch_size(epoch)
-    if epoch < owner.epoch or (epoch == owner.epoch and start < owner.frontier):
-        raise ValueError(
-            f"Cannot skip positions [{start}, {stop}) of epoch {epoch}: this sampler has "
-            f"already computed epoch {owner.epoch} up to position {owner.frontier}. Skip "
-            "before the data is read (a later start, or before the epoch begins)."
-        )
-    if not start < stop <= size:
-        raise ValueError(
-            f"Cannot skip positions [{start}, {stop}) of epoch {epoch}: a skip needs "
-            f"start < stop <= {size} (the positions epoch {epoch} has left to read)."
-        )
-    return add_skip(owner.skips.get(epoch, []), start, stop)
-
-
-def skipping(order: Callable[[Positions], Positions], ranges: list[tuple[int, int]]) -> Any:
-    """``order`` read at the base positions of the positions of the order that remains."""
-    return lambda positions: order(to_base(positions, ranges))
-
-
-def loaded_skips(state_dict: object, length: int, kind: str) -> dict[int, list[tuple[int, int]]]:
-    """The skipped ranges a state holds, by epoch (none for a state without ``skips``).
+def loaded_cuts(
+    state_dict: object, length: int, kind: str
+) -> tuple[dict[int, list[tuple[int, int]]], list[Quarantine]]:
+    """The skipped ranges (by epoch) and the quarantine a state holds (none if absent).
 
     Raises:
         StateMismatchError: ``skips`` is not a list of ``[epoch, start, stop]`` with sorted,
-            disjoint ranges inside the epoch.
+            disjoint ranges inside the epoch, or ``quarantine`` is malformed.
     """
-    saved = state_dict.get("skips") if isinstance(state_dict, Mapping) else None
-    if saved is None:
-        return {}
+    state = state_dict if isinstance(state_dict, Mapping) else {}
     by_epoch: dict[int, list[list[int]]] = {}
     try:
-        for epoch, start, stop in saved:
+        for epoch, start, stop in state.get("skips") or ():
             if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
                 raise ValueError(f"epoch {epoch!r} is not an epoch number")
             by_epoch.setdefault(epoch, []).append([start, stop])
-        return {e: check_ranges(r, length, f"epoch {e}") for e, r in by_epoch.items()}
+        skips = {e: check_ranges(r, length, f"epoch {e}") for e, r in by_epoch.items()}
     except (TypeError, ValueError) as error:
         raise StateMismatchError(
             f"Cannot load this state into {kind}: its 'skips' must be [[epoch, start, stop], "
             f"...] inside an epoch of {length} positions ({error}). The state is corrupted."
         ) from None
+    try:
+        quarantined = check_quarantine(state.get("quarantine") or [], length)
+    except ValueError as error:
+        raise StateMismatchError(
+            f"Cannot load this state into {kind}: its 'quarantine' is malformed: {error}. The "
+            "state is corrupted."
+        ) from None
+    return skips, quarantined
 
 
-def loaded_position(
-    owner: PositionOwner,
-    state_dict: dict[str, Any],
-    skips: Mapping[int, list[tuple[int, int]]] | None = None,
-) -> tuple[int, int]:
+def loaded_position(owner: PositionOwner, state_dict: dict[str, Any]) -> tuple[int, int]:
     """Check ``state_dict`` against ``owner``'s configuration; its ``(epoch, consumed)``.
 
     ``consumed`` is the global position to resume at in the current layout: a position past
@@ -176,7 +162,7 @@ def loaded_position(
         {"epoch": int, "consumed": int, "num_replicas": int},
     )
     check_pins(state_dict, kind, owner.pins)
-    length = owner.epoch_length - skipped((skips or {}).get(state_dict["epoch"], []))
+    length = owner.epoch_length - skipped(owner.cuts(state_dict["epoch"]))  # what is read
     if owner.seed + state_dict["epoch"] >= SEED_LIMIT:
         raise StateMismatchError(
             f"Cannot load this state into {kind}: epoch={state_dict['epoch']} with "

@@ -10,9 +10,9 @@ import numpy as np
 import torch.utils.data
 from numpy.typing import NDArray
 
+from lightning_resumable_data.index.inverse import order_positions
 from lightning_resumable_data.index.partition import rank_span, samples_per_rank
 from lightning_resumable_data.index.permutation import PermutationAlgorithm, check_algorithm
-from lightning_resumable_data.index.skips import skipped
 from lightning_resumable_data.pins import dataset_pins
 from lightning_resumable_data.randomness import make_sample_keys
 from lightning_resumable_data.samplers._arguments import (
@@ -29,12 +29,12 @@ from lightning_resumable_data.samplers._chunks import (
     ChunkStream,
     chunk_sizes,
 )
+from lightning_resumable_data.samplers._cut_order import CutOrder, skipping
+from lightning_resumable_data.samplers._cuts import Quarantine
 from lightning_resumable_data.samplers._distributed_state import (
-    epoch_skips,
+    loaded_cuts,
     loaded_position,
-    loaded_skips,
     position_state,
-    skipping,
 )
 from lightning_resumable_data.samplers._rank_order import (
     Order,
@@ -48,7 +48,7 @@ from lightning_resumable_data.samplers._world import resolve_world
 __all__ = ["DistributedSampler", "check_non_negative_int", "dataset_length"]
 
 
-class DistributedSampler(torch.utils.data.DistributedSampler[int]):
+class DistributedSampler(CutOrder, torch.utils.data.DistributedSampler[int]):
     """Shard a dataset over data-parallel ranks; save and restore the position in O(1).
 
     With ``algorithm="randperm"`` (the default) it yields exactly what
@@ -121,6 +121,8 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
         self.sample_keys = bool(sample_keys)
         self._position = RankPosition()  # global samples of the epoch; the live iteration
         self.skips: dict[int, list[tuple[int, int]]] = {}  # epoch -> base ranges never read
+        self.quarantined: list[Quarantine] = []  # samples left out from a position on
+        self._cuts: dict[int, list[tuple[int, int]]] = {}  # epoch -> all it leaves out
         self._epoch_locked = False  # set by lock_epoch: the loader owns the epoch
 
     @property
@@ -197,25 +199,6 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
         """
         self._position.skip(check_non_negative_int("samples", samples) * self.num_replicas)
 
-    def skip_positions(self, epoch: int, start: int, stop: int) -> None:
-        """Never read positions ``[start, stop)`` of ``epoch``'s order as it stands.
-
-        Later positions move up (the epoch gets shorter); the skip is saved with the state,
-        so a resume on any layout keeps it. The positions must not be computed yet.
-
-        Example:
-            >>> sampler = DistributedSampler(range(8), num_replicas=1, rank=0, shuffle=False)
-            >>> sampler.skip_positions(0, 2, 5)
-            >>> list(sampler), len(sampler)
-            ([0, 1, 5, 6, 7], 5)
-        """
-        self.skips[epoch] = epoch_skips(self, epoch, start, stop)
-
-    def epoch_size(self, epoch: int | None = None) -> int:
-        """Positions of an epoch's order that are read: its length less what is skipped."""
-        ranges = self.skips.get(self.epoch if epoch is None else epoch, [])
-        return self.epoch_length - skipped(ranges)
-
     def __iter__(self) -> Iterator[int]:
         epoch, start, claim = self._position.claim(self.epoch)  # the restored start is used up
         stream = ChunkStream(self._chunks(epoch, start, lambda: stream), claim)
@@ -277,7 +260,7 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
         what its first batches need.
         """
         count = self._position.begin(start, counter)
-        length, order, ranges = self.epoch_size(epoch), self._order(epoch), self.skips.get(epoch)
+        length, order, ranges = self.epoch_size(epoch), self._order(epoch), self.cuts(epoch)
         span = rank_span(length, self.num_replicas, self.rank, self.drop_last, consumed=start)
         total = span.count if limit is None else min(span.count, limit)
         if total:
@@ -297,6 +280,11 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
     def __len__(self) -> int:
         """Samples this rank reads in a full epoch (torch's ``num_samples``, less skips)."""
         return samples_per_rank(self.epoch_size(), self.num_replicas, self.drop_last)
+
+    def _positions(self, epoch: int, indices: NDArray[np.int64]) -> NDArray[np.int64]:
+        """Where dataset ``indices`` sit in ``epoch``'s whole order."""
+        args = (self.shuffle, self.algorithm, self.dataset_length, self.seed, epoch)
+        return order_positions(*args, indices)
 
     def _order(self, epoch: int) -> Order:
         """The global order of ``epoch`` as a lookup from positions to dataset indices."""
@@ -325,7 +313,12 @@ class DistributedSampler(torch.utils.data.DistributedSampler[int]):
                 drop_last, or over a pinned file whose bytes changed since
                 (:mod:`~lightning_resumable_data.pins`).
         """
-        skips = loaded_skips(state_dict, self.epoch_length, self.KIND)
-        self.epoch, consumed = loaded_position(self, state_dict, skips)
-        self.skips = skips
+        before = self.skips, self.quarantined
+        self.skips, self.quarantined = loaded_cuts(state_dict, self.epoch_length, self.KIND)
+        self._cuts = {}
+        try:
+            self.epoch, consumed = loaded_position(self, state_dict)
+        except Exception:
+            (self.skips, self.quarantined), self._cuts = before, {}  # nothing changes
+            raise
         self._position.restart(consumed)
