@@ -41,6 +41,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("shards", ("shards",), "token shards: readers, residency, the shard loader"),
     ("remote", ("remote",), "object storage: cache, retries, ranges, remote readers"),
     ("documents", ("documents",), "document corpora and packing, local or remote"),
+    ("formats", ("formats",), "peers' formats read in place: MDS, LitData, WebDataset shards"),
     ("integration", ("lightning", "fabric"), "Lightning's DataModule and Callback, Fabric"),
     ("cli", ("cli",), "the lrd command line"),
 )
