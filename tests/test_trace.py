@@ -204,6 +204,7 @@ def test_lrd_trace_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
         "online_changes": 0,
         "skipped_steps": [],
         "skipped_samples": {},
+        "quarantined": [],
     }
     assert main(["inspect", str(last)]) == 0
     assert "history      steps 0 to 5 recorded (2 runs): lrd trace" in capsys.readouterr().out

@@ -7,6 +7,7 @@
 * ``lrd trace CHECKPOINT --step N``: the samples each rank trained at optimizer step N.
 * ``lrd find CHECKPOINT --sample I``: every epoch, step and rank that trained sample I.
 * ``lrd skip CHECKPOINT --steps A:B -o NEW``: a copy whose data state cuts steps A to B-1.
+* ``lrd quarantine CHECKPOINT --samples I,J -o NEW``: a copy that never draws those again.
 
 Errors in the input are one line on stderr, with exit code 2; other failures exit with 1.
 
@@ -129,12 +130,34 @@ def build_parser() -> argparse.ArgumentParser:
     )
     skip.add_argument("-o", "--output", type=Path, required=True, metavar="NEW", help="new .ckpt")
     skip.add_argument("--unsafe-unpickle", action="store_true", help=argparse.SUPPRESS)
-    for command in (inspect, plan, trace, find, skip):
+    quarantine = commands.add_parser(
+        "quarantine",
+        help="a copy of a checkpoint that never draws some samples again",
+        description="Write a copy of CHECKPOINT in which dataset samples I, J, ... are left out "
+        "of every draw from its position on; every other sample is still read once per epoch. "
+        "Every later resume, on any layout, keeps it.",
+    )
+    quarantine.add_argument("checkpoint", type=Path, metavar="CHECKPOINT", help="a .ckpt file")
+    quarantine.add_argument(
+        "--samples", required=True, metavar="I,J", help="dataset indices, comma-separated"
+    )
+    quarantine.add_argument("-o", "--output", type=Path, required=True, metavar="NEW")
+    quarantine.add_argument("--unsafe-unpickle", action="store_true", help=argparse.SUPPRESS)
+    for command in (inspect, plan, trace, find, skip, quarantine):
         command.add_argument("--json", action="store_true", help="print JSON instead of text")
     return parser
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.command == "quarantine":
+        from lightning_resumable_data.cli.skip import format_quarantine, parse_samples, quarantine
+
+        samples = parse_samples(args.samples)
+        done = quarantine(
+            args.checkpoint, samples, args.output, unsafe_unpickle=args.unsafe_unpickle
+        )
+        print(json.dumps(done, indent=2) if args.json else format_quarantine(done))
+        return 0
     if args.command == "skip":
         from lightning_resumable_data.cli.skip import format_skip, parse_steps, skip
 

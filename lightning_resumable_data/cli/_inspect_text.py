@@ -79,6 +79,10 @@ def _history_text(report: Mapping[str, Any]) -> str:
         epochs = ", ".join(f"{n} samples of epoch {e}" for e, n in cut.items())
         steps = ", ".join(f"{a} to {b - 1}" for a, b in skipped)
         text += f"; the data of steps {steps} is cut ({epochs}), never read"
+    quarantined = history.get("quarantined") or []
+    if quarantined:
+        shown = ", ".join(map(str, quarantined[:20])) + (", ..." if len(quarantined) > 20 else "")
+        text += f"; {_plural(len(quarantined), 'sample')} quarantined (never drawn again): {shown}"
     return text
 
 

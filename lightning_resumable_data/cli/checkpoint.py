@@ -195,6 +195,7 @@ def _history_report(found: DataState) -> dict[str, Any] | None:
         "online_changes": len(history.changes),
         "skipped_steps": [list(steps) for steps in history.skipped_steps],
         "skipped_samples": {str(e): sum(b - a for a, b in r) for e, r in history.skips.items()},
+        "quarantined": sorted(history.quarantined),
     }
 
 

@@ -1,4 +1,7 @@
-"""``lrd skip``: a copy of a checkpoint whose data state cuts the data of some steps.
+"""``lrd skip`` and ``lrd quarantine``: a copy of a checkpoint whose data state cuts data.
+
+``lrd quarantine CKPT --samples I,J -o NEW`` leaves dataset samples out of every draw from
+the checkpoint's position on (every other sample still once per epoch). ``lrd skip``:
 
 The steps are counted as the run that wrote the checkpoint counts them (its world size,
 batch size and ``accumulate_grad_batches``, from its data history), from the step the
@@ -21,7 +24,14 @@ from lightning_resumable_data.cli._reading import find_data_state, load_checkpoi
 from lightning_resumable_data.lightning.history import DataHistory
 from lightning_resumable_data.lightning.skipping import epoch_batches, step_ranges
 
-__all__ = ["format_skip", "parse_steps", "skip"]
+__all__ = [
+    "format_quarantine",
+    "format_skip",
+    "parse_samples",
+    "parse_steps",
+    "quarantine",
+    "skip",
+]
 
 
 def parse_steps(text: str) -> tuple[int, int]:
@@ -42,6 +52,73 @@ def parse_steps(text: str) -> tuple[int, int]:
     return first, stop
 
 
+class _Edit:
+    """A checkpoint opened for ``lrd skip`` / ``lrd quarantine``: its sampler and record."""
+
+    def __init__(self, path: Path, out: Path, unsafe_unpickle: bool, command: str) -> None:
+        if out.resolve() == path.resolve():
+            raise CliError("-o must name a new file", hint="keep the original checkpoint")
+        self.path, self.out = path, out
+        self.checkpoint = load_checkpoint(path, unsafe_unpickle=unsafe_unpickle)
+        found = find_data_state(self.checkpoint, str(path))
+        saved, callback = found.loader.get("sampler"), found.callback
+        if not isinstance(saved, dict) or callback is None or "data_history" not in callback:
+            raise CliError(
+                f"{path} holds no data history or no position sampler",
+                hint=f"lrd {command} edits checkpoints of a ResumableDataModule fit (its "
+                "callback records the layout steps are counted in).",
+            )
+        self.callback, self.saved, self.loader = callback, saved, found.loader
+        self.config = (found.module or {}).get("config", {})
+        self.history = DataHistory.from_state(callback["data_history"])
+        self.world, self.batch_size = (
+            int(found.loader["num_replicas"]),
+            int(found.loader["batch_size"]),
+        )
+        self.epoch, self.consumed = int(saved["epoch"]), int(saved["consumed"])
+        self.step = int(self.checkpoint.get("global_step", 0))
+        self.sampler = build_sampler(str(saved["kind"]), saved["fingerprint"], self.world)
+        self.sampler.load_state_dict(saved)
+
+    def write(self) -> None:
+        """Save the sampler's cuts into every loader state, and the record; write ``out``."""
+        import torch
+
+        state = self.sampler.state_at(self.epoch, self.consumed)
+        for loader in loader_states(self.checkpoint):
+            if isinstance(loader.get("sampler"), dict):
+                for key in ("skips", "quarantine"):
+                    if key in state:
+                        loader["sampler"][key] = state[key]
+        self.callback["data_history"] = self.history.state_dict(self.history.steps_done)
+        torch.save(self.checkpoint, self.out)
+
+
+def _edit(path: Path, out: Path, unsafe_unpickle: bool, command: str) -> _Edit:
+    try:
+        return _Edit(path, out, unsafe_unpickle, command)
+    except (ValueError, KeyError, TypeError) as error:
+        raise CliError(f"{path}: {error}", hint="lrd inspect shows what the file holds.") from None
+
+
+def parse_samples(text: str) -> list[int]:
+    """``"7,36"`` as dataset indices.
+
+    Example:
+        >>> parse_samples("7, 36,7")
+        [7, 36]
+    """
+    try:
+        samples = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        raise CliError(
+            f"--samples {text!r} is not a list of indices", hint="write I,J,..., e.g. 7,36"
+        ) from None
+    if not samples or samples[0] < 0:
+        raise CliError(f"--samples {text!r} names no index >= 0", hint="e.g. --samples 7,36")
+    return samples
+
+
 def skip(
     path: Path, steps: list[tuple[int, int]], out: Path, *, unsafe_unpickle: bool = False
 ) -> dict[str, Any]:
@@ -51,54 +128,36 @@ def skip(
         CliError: No data state or history, a sampler that cannot skip (a mixture), or a
             step the checkpoint has trained already.
     """
-    import torch
-
-    if out.resolve() == path.resolve():
-        raise CliError("-o must name a new file", hint="keep the original checkpoint")
-    checkpoint = load_checkpoint(path, unsafe_unpickle=unsafe_unpickle)
-    found = find_data_state(checkpoint, str(path))
-    saved = found.loader.get("sampler")
-    callback = found.callback
-    if not isinstance(saved, dict) or callback is None or "data_history" not in callback:
-        raise CliError(
-            f"{path} holds no data history or no position sampler",
-            hint="lrd skip edits checkpoints of a ResumableDataModule fit (its callback "
-            "records the layout the steps are counted in).",
-        )
-    history = DataHistory.from_state(callback["data_history"])
-    loader = found.loader
-    world, batch_size = int(loader["num_replicas"]), int(loader["batch_size"])
+    edit = _edit(path, out, unsafe_unpickle, "skip")
+    history, sampler = edit.history, edit.sampler
     last = history.runs[-1] if history.runs else None
     accumulate = int(last[5]) if last else 1
     limit = (int(last[7]) or None) if last else None
-    epoch, consumed = int(saved["epoch"]), int(saved["consumed"])
+    step_samples = edit.world * edit.batch_size
+
+    def batches(e: int) -> int:
+        return epoch_batches(
+            sampler.epoch_size(e),
+            world=edit.world,
+            batch_size=edit.batch_size,
+            drop_last=bool(edit.config.get("drop_last", False)),
+            sampler_drop_last=sampler.drop_last,
+            limit=limit,
+        )
+
+    cut = []
     try:
-        sampler = build_sampler(str(saved["kind"]), saved["fingerprint"], world)
-        sampler.load_state_dict(saved)
-        config = (found.module or {}).get("config", {})
-
-        def batches(e: int) -> int:
-            return epoch_batches(
-                sampler.epoch_size(e),
-                world=world,
-                batch_size=batch_size,
-                drop_last=bool(config.get("drop_last", False)),
-                sampler_drop_last=sampler.drop_last,
-                limit=limit,
-            )
-
-        cut = []
         for requested in sorted(steps):
             if list(requested) in history.skipped_steps:
                 continue
-            where = {"step": int(checkpoint.get("global_step", 0)), "epoch": epoch}
             ranges = step_ranges(
                 requested,
-                **where,
-                batch=consumed // (world * batch_size),
+                step=edit.step,
+                epoch=edit.epoch,
+                batch=edit.consumed // step_samples,
                 accumulate=accumulate,
                 batches=batches,
-                step_samples=world * batch_size,
+                step_samples=step_samples,
             )
             for cut_epoch, start, stop in ranges:
                 stop = min(stop, sampler.epoch_size(cut_epoch))
@@ -107,22 +166,71 @@ def skip(
                     history.note_skips(cut_epoch, sampler.skips[cut_epoch])
                     cut.append({"epoch": cut_epoch, "start": start, "stop": stop})
             history.skipped_steps.append(list(requested))
-    except (ValueError, KeyError, TypeError) as error:
+    except ValueError as error:
         raise CliError(f"{path}: {error}", hint="lrd inspect shows what the file holds.") from None
-    skips = sampler.state_at(epoch, consumed).get("skips", [])
-    for state in loader_states(checkpoint):
-        if isinstance(state.get("sampler"), dict):
-            state["sampler"]["skips"] = [list(s) for s in skips]
-    callback["data_history"] = history.state_dict(history.steps_done)
-    torch.save(checkpoint, out)
+    edit.write()
     return {
         "checkpoint": str(path),
         "written": str(out),
-        "step": int(checkpoint.get("global_step", 0)),
-        "layout": {"world_size": world, "batch_size": batch_size, "accumulate": accumulate},
+        "step": edit.step,
+        "layout": {
+            "world_size": edit.world,
+            "batch_size": edit.batch_size,
+            "accumulate": accumulate,
+        },
         "steps": [list(s) for s in sorted(steps)],
         "cut": cut,
     }
+
+
+def quarantine(
+    path: Path, samples: list[int], out: Path, *, unsafe_unpickle: bool = False
+) -> dict[str, Any]:
+    """Write ``out``: ``path`` with dataset ``samples`` left out of every later draw.
+
+    Raises:
+        CliError: No data state or history, a sampler that cannot (a mixture), or a
+            sample outside the dataset.
+    """
+    edit = _edit(path, out, unsafe_unpickle, "quarantine")
+    new = sorted(set(samples) - edit.history.quarantined)
+    if new:
+        try:
+            edit.sampler.quarantine(new)
+        except ValueError as error:
+            raise CliError(f"{path}: {error}", hint="give dataset indices") from None
+        edit.history.quarantine.append(edit.sampler.quarantined[-1])
+    edit.write()
+    return {
+        "checkpoint": str(path),
+        "written": str(out),
+        "step": edit.step,
+        "epoch": edit.epoch,
+        "quarantined": new,
+        "already": sorted(set(samples) & edit.history.quarantined - set(new)),
+    }
+
+
+def format_quarantine(done: dict[str, Any]) -> str:
+    """``lrd quarantine``'s report as text.
+
+    Example:
+        >>> print(format_quarantine({"checkpoint": "a.ckpt", "written": "b.ckpt", "step": 40,
+        ...     "epoch": 1, "quarantined": [7, 36], "already": []}))
+        wrote b.ckpt: a.ckpt (step 40, epoch 1) with samples 7, 36 left out of every later draw
+        resume from it: trainer.fit(model, datamodule=dm, ckpt_path="b.ckpt")
+    """
+    shown = ", ".join(map(str, done["quarantined"])) or "none new"
+    lines = [
+        f"wrote {done['written']}: {done['checkpoint']} (step {done['step']}, epoch "
+        f"{done['epoch']}) with samples {shown} left out of every later draw"
+    ]
+    if done["already"]:
+        lines.append(f"  already quarantined: {', '.join(map(str, done['already']))}")
+    lines.append(
+        f'resume from it: trainer.fit(model, datamodule=dm, ckpt_path="{done["written"]}")'
+    )
+    return "\n".join(lines)
 
 
 def format_skip(done: dict[str, Any]) -> str:

@@ -45,7 +45,7 @@ from lightning_resumable_data.lightning.progress import (
     training_loader,
     warn_no_loader,
 )
-from lightning_resumable_data.lightning.skipping import apply_skips, check_skip_steps, restate_epoch
+from lightning_resumable_data.lightning.skipping import apply_cuts, check_cuts, restate_epoch
 from lightning_resumable_data.samplers.schedule import MixturePhase
 
 __all__ = ["ResumableDataCallback"]
@@ -72,8 +72,8 @@ class ResumableDataCallback(pl.Callback):
       samples drawn per source this epoch (``data/weight/<source>``, ``data/drawn/<source>``).
     * **History**: notes at every training batch its step and where its data begins (a few
       runs per epoch: :mod:`~.history`), so ``lrd trace`` names the samples of any step.
-    * **Skips** (``skip_steps``): the data of those steps is never read, and every resume
-      keeps the cut (:mod:`~.skipping`).
+    * **Cuts** (``skip_steps``, ``quarantine``): the data of those steps, or those samples,
+      is never read again, and every resume keeps the cut (:mod:`~.skipping`).
     * **Epochs**: ends the data epoch where Lightning does (``limit_train_batches``); after a
       resume under another layout restates Lightning's batch count of the resumed epoch.
     * **Training randomness** (``seed_training=True``): at the start of every training
@@ -113,7 +113,8 @@ class ResumableDataCallback(pl.Callback):
             ``"raise"`` a :class:`~lightning_resumable_data.DataPositionError`, ``"warn"``
             once, or ``"off"``.
         skip_steps: ``(start, stop)`` ranges of optimizer steps whose data is cut (stop
-            excluded), counted as the trainer counts steps, from the step the fit starts at.
+            excluded), counted as the trainer counts steps from the step the fit starts at.
+        quarantine: Dataset indices left out of every draw from where the fit starts.
     """
 
     def __init__(
@@ -127,9 +128,10 @@ class ResumableDataCallback(pl.Callback):
         policy_every_n_steps: int | None = None,
         verify: Verify = "raise",
         skip_steps: Sequence[tuple[int, int] | range] = (),
+        quarantine: Sequence[int] = (),
     ) -> None:
         self.phases = checked_phases(phases)
-        self.skip_steps = check_skip_steps(skip_steps)
+        self.skip_steps, self.quarantine = check_cuts(skip_steps, quarantine)
         self.log_every_n_steps = log_every_n_steps
         self._generators = check_seed_options(seed_training, training_seed)
         self.seed_training = seed_training
@@ -146,9 +148,8 @@ class ResumableDataCallback(pl.Callback):
     def set_weights(self, weights: object, temperature: float | None = None) -> None:
         """Change the mixture weights during ``fit``, from any hook (see ``docs/mixing.md``).
 
-        Checked now; applied at the next sync point (the next optimizer step with one rank,
-        every ``policy_every_n_steps`` with several, rank 0's request winning), from the
-        first step no rank has handed out, and recorded in the checkpoint.
+        Checked now; applied at the next sync point (the next step with one rank, every
+        ``policy_every_n_steps`` with several, rank 0's request winning), and recorded.
 
         Raises:
             RuntimeError: Called outside ``fit``, or without a mixture.
@@ -199,7 +200,7 @@ class ResumableDataCallback(pl.Callback):
         loader.track_trained(TrainedBatches(trainer))
         if loader.resume_mode == "position":
             start_position(trainer, loader, restored, self.guard)
-            apply_skips(trainer, loader, self.skip_steps, self.history)
+            apply_cuts(trainer, loader, self.skip_steps, self.quarantine, self.history)
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

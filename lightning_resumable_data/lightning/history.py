@@ -75,6 +75,7 @@ class DataHistory:
         self.steps_done: int | None = None  # optimizer steps finished when it was saved
         self.skips: dict[int, list[tuple[int, int]]] = {}  # epoch -> base ranges cut
         self.skipped_steps: list[list[int]] = []  # the step ranges cut, as requested
+        self.quarantine: list[tuple[int, int, tuple[int, ...]]] = []  # epoch, position, indices
         self.load(runs, changes)
 
     def load(
@@ -84,7 +85,7 @@ class DataHistory:
         self.steps_done = None
         self.runs = [[int(v) for v in run] for run in runs]
         self.changes = [[float(v) for v in change] for change in changes]
-        self.skips, self.skipped_steps = {}, []
+        self.skips, self.skipped_steps, self.quarantine = {}, [], []
 
     def note_skips(self, epoch: int, ranges: Sequence[tuple[int, int]]) -> None:
         """Note ``epoch``'s cut ranges (base positions: the sampler's ``skips``)."""
@@ -217,6 +218,7 @@ class DataHistory:
             "steps_done": steps_done,
             "skips": [[e, a, b] for e in sorted(self.skips) for a, b in self.skips[e]],
             "skipped_steps": [list(steps) for steps in self.skipped_steps],
+            "quarantine": [[e, p, list(indices)] for e, p, indices in self.quarantine],
         }
 
     @classmethod
@@ -253,3 +255,12 @@ class DataHistory:
         for epoch, start, stop in state.get("skips") or ():
             self.skips.setdefault(int(epoch), []).append((int(start), int(stop)))
         self.skipped_steps = [[int(a), int(b)] for a, b in state.get("skipped_steps") or ()]
+        self.quarantine = [
+            (int(e), int(p), tuple(int(i) for i in indices))
+            for e, p, indices in state.get("quarantine") or ()
+        ]
+
+    @property
+    def quarantined(self) -> set[int]:
+        """Every dataset index the run has quarantined."""
+        return {i for _, _, indices in self.quarantine for i in indices}

@@ -28,7 +28,16 @@ if TYPE_CHECKING:
     from lightning_resumable_data.lightning.history import DataHistory
     from lightning_resumable_data.loader import StatefulDataLoader
 
-__all__ = ["apply_skips", "check_skip_steps", "epoch_batches", "restate_epoch", "step_ranges"]
+__all__ = [
+    "apply_cuts",
+    "apply_quarantine",
+    "apply_skips",
+    "check_cuts",
+    "check_skip_steps",
+    "epoch_batches",
+    "restate_epoch",
+    "step_ranges",
+]
 
 
 def check_skip_steps(value: Iterable[Any]) -> list[tuple[int, int]]:
@@ -50,6 +59,31 @@ def check_skip_steps(value: Iterable[Any]) -> list[tuple[int, int]]:
             )
         ranges.append((int(pair[0]), int(pair[1])))
     return sorted(ranges)
+
+
+def check_cuts(
+    skip_steps: Iterable[Any], quarantine: Iterable[Any]
+) -> tuple[list[tuple[int, int]], list[int]]:
+    """The callback's ``skip_steps`` and ``quarantine``, checked; a ``ValueError`` if bad."""
+    indices = list(quarantine)
+    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in indices):
+        raise ValueError(
+            f"quarantine: {indices!r:.200} is not a list of dataset indices (ints >= 0); "
+            "e.g. quarantine=[1032, 77105]."
+        )
+    return check_skip_steps(skip_steps), sorted(set(indices))
+
+
+def apply_cuts(
+    trainer: pl.Trainer,
+    loader: StatefulDataLoader,
+    skip_steps: Sequence[tuple[int, int]],
+    quarantine: Sequence[int],
+    history: DataHistory,
+) -> None:
+    """:func:`apply_skips`, then :func:`apply_quarantine`, at the fit's start."""
+    apply_skips(trainer, loader, skip_steps, history)
+    apply_quarantine(trainer, loader, quarantine, history)
 
 
 def epoch_batches(
@@ -176,9 +210,34 @@ def apply_skips(
     _restate(trainer, loader, epoch)
 
 
+def apply_quarantine(
+    trainer: pl.Trainer, loader: StatefulDataLoader, indices: Sequence[int], history: DataHistory
+) -> None:
+    """Quarantine the ``indices`` not quarantined yet, from where the fit starts.
+
+    Raises:
+        ValueError: An index outside the dataset, or a loader whose sampler cannot do it.
+    """
+    new = sorted(set(indices) - history.quarantined)
+    sampler: Any = loader.position_sampler
+    if not new:
+        return
+    if sampler is None or not hasattr(sampler, "quarantine"):
+        raise ValueError(
+            "quarantine needs the training loader of a ResumableDataModule (or a "
+            "StatefulDataLoader over this package's DistributedSampler)."
+        )
+    epoch = int(loader.state_dict()["epoch"])
+    if sampler.epoch != epoch:  # the position is the next epoch's start
+        sampler.lock_epoch(epoch)
+    sampler.quarantine(new)
+    history.quarantine.append(sampler.quarantined[-1])
+    _restate(trainer, loader, epoch)
+
+
 def restate_epoch(trainer: pl.Trainer, loader: StatefulDataLoader, history: DataHistory) -> None:
-    """At an epoch's start: Lightning's batch count of it, if the run has cut any steps."""
-    if history.skips:
+    """At an epoch's start: Lightning's batch count of it, if the run has cut any data."""
+    if history.skips or history.quarantine:
         _restate(trainer, loader, loader.epoch)
 
 

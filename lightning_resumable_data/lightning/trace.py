@@ -28,6 +28,7 @@ from lightning_resumable_data.index.partition import samples_per_rank
 from lightning_resumable_data.index.skips import skipped, to_base
 from lightning_resumable_data.lightning.history import DataHistory, StepBatch
 from lightning_resumable_data.samplers._cut_order import skipping
+from lightning_resumable_data.samplers._cuts import merge_ranges
 from lightning_resumable_data.samplers._rank_order import Order
 from lightning_resumable_data.samplers.distributed import DistributedSampler
 from lightning_resumable_data.samplers.mixture import MixtureSampler
@@ -133,7 +134,10 @@ def _base(positions: NDArray[np.int64], view: View) -> NDArray[np.int64]:
 
 def _epoch_order(sampler: DistributedSampler, history: DataHistory, epoch: int) -> View:
     """``epoch``'s order as it was read (less its skipped steps), its length and the cuts."""
-    order, ranges = sampler._order(epoch), history.skips.get(epoch) or sampler.skips.get(epoch)
+    if history.quarantine and not sampler.quarantined:  # the run's, from its record
+        sampler.quarantined, sampler._cuts = list(history.quarantine), {}
+    order = sampler._order(epoch)
+    ranges = merge_ranges(history.skips.get(epoch, ()), sampler.cuts(epoch))
     if not ranges:
         return order, sampler.epoch_length, []
     return skipping(order, ranges), sampler.epoch_length - skipped(ranges), ranges

@@ -10,7 +10,7 @@ state (:mod:`~lightning_resumable_data.samplers._distributed_state`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -30,6 +30,8 @@ class CutOrder:
     The sampler provides ``epoch``, ``frontier``, ``epoch_length`` and ``_positions``.
     """
 
+    #: Why this sampler cannot cut its order ("" if it can), for the error.
+    CUTS: ClassVar[str] = ""
     epoch: int
     epoch_length: int
     skips: dict[int, list[tuple[int, int]]]
@@ -39,6 +41,15 @@ class CutOrder:
     @property
     def frontier(self) -> int:
         """Global position up to which the live iteration has computed the order."""
+        raise NotImplementedError  # the sampler's
+
+    @property
+    def consumed(self) -> int:
+        """Global samples of the current epoch handed out."""
+        raise NotImplementedError  # the sampler's
+
+    def _restart(self, consumed: int) -> None:
+        """Start the next iteration at ``consumed`` (an iteration going on is superseded)."""
         raise NotImplementedError  # the sampler's
 
     def _positions(self, epoch: int, indices: NDArray[np.int64]) -> NDArray[np.int64]:
@@ -58,14 +69,17 @@ class CutOrder:
             >>> list(sampler), len(sampler)
             ([0, 1, 5, 6, 7], 5)
         """
+        self._can_cut(f"skip positions [{start}, {stop}) of epoch {epoch}")
         self.skips[epoch] = epoch_skips(self, epoch, start, stop)
         self._cuts.clear()
 
     def quarantine(self, indices: Iterable[int]) -> None:
-        """Leave dataset ``indices`` out of every draw from the first position not computed.
+        """Leave dataset ``indices`` out of every draw from the first position not handed out.
 
         Every other sample is still read once per epoch; the quarantine is saved with the
-        state, so every resume keeps it. Costs one inversion of each epoch's order.
+        state, so every resume keeps it. The next iteration continues from the position
+        (one going on is superseded, as by ``load_state_dict``). Costs one inversion of
+        each epoch's order.
 
         Example:
             >>> from lightning_resumable_data import DistributedSampler
@@ -74,8 +88,18 @@ class CutOrder:
             >>> list(sampler), len(sampler)
             ([0, 2, 3, 5], 4)
         """
+        self._can_cut("quarantine samples")
+        at = self.consumed
         self.quarantined.append(quarantine_from(self, indices))
+        self._restart(at)  # the next iteration reads on from here, without them
         self._cuts.clear()
+
+    def _can_cut(self, what: str) -> None:
+        if self.CUTS:
+            raise ValueError(
+                f"Cannot {what}: cuts work for single and sharded datasets, not yet for a "
+                f"{type(self).__name__} ({self.CUTS})."
+            )
 
     def cuts(self, epoch: int) -> list[tuple[int, int]]:
         """The base ranges ``epoch``'s order leaves out (cut steps, quarantined samples)."""
@@ -112,7 +136,7 @@ def epoch_skips(owner: CutOrder, epoch: int, start: int, stop: int) -> list[tupl
 
 
 def quarantine_from(owner: CutOrder, indices: Iterable[int]) -> Quarantine:
-    """A quarantine of dataset ``indices`` from the first position ``owner`` has not computed.
+    """A quarantine of dataset ``indices`` from the first position ``owner`` has not handed out.
 
     Raises:
         ValueError: No index, or an index outside the dataset.
@@ -125,7 +149,7 @@ def quarantine_from(owner: CutOrder, indices: Iterable[int]) -> Quarantine:
             f"{'...' if len(wanted) > 10 else ''}."
         )
     epoch = owner.epoch
-    start = int(to_base(np.array([owner.frontier], np.int64), owner.cuts(epoch))[0])
+    start = int(to_base(np.array([owner.consumed], np.int64), owner.cuts(epoch))[0])
     return epoch, start, tuple(wanted)
 
 

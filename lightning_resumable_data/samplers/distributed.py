@@ -281,6 +281,9 @@ class DistributedSampler(CutOrder, torch.utils.data.DistributedSampler[int]):
         """Samples this rank reads in a full epoch (torch's ``num_samples``, less skips)."""
         return samples_per_rank(self.epoch_size(), self.num_replicas, self.drop_last)
 
+    def _restart(self, consumed: int) -> None:
+        self._position.restart(consumed)
+
     def _positions(self, epoch: int, indices: NDArray[np.int64]) -> NDArray[np.int64]:
         """Where dataset ``indices`` sit in ``epoch``'s whole order."""
         args = (self.shuffle, self.algorithm, self.dataset_length, self.seed, epoch)

@@ -91,6 +91,7 @@ class MixtureSampler(DistributedSampler):
     """
 
     KIND: ClassVar[str] = "MixtureSampler"
+    CUTS: ClassVar[str] = "its weight changes sit at positions a cut would move"
 
     def __init__(
         self,
@@ -208,13 +209,6 @@ class MixtureSampler(DistributedSampler):
             keys = (self.seed, self.epoch) if self.sample_keys else None
             self._recompute.rewrite(self._position, position, self._order(self.epoch), keys)
         return epoch, position
-
-    def skip_positions(self, epoch: int, start: int, stop: int) -> None:
-        """Not available for a mixture yet: a ``ValueError`` that says so."""
-        raise ValueError(
-            f"Cannot skip [{start}, {stop}) of epoch {epoch}: skipping works for single and "
-            "sharded datasets, not yet for a mixture (its weight changes sit at positions)."
-        )
 
     def _chunks(
         self, epoch: int, start: int, stream: Callable[[], ChunkStream]

@@ -5,6 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Protocol, runtime_checkable
 
+import numpy as np
+from numpy.typing import NDArray
+
 from lightning_resumable_data.index.sharding import (
     PositionLookup,
     check_shard_sizes,
@@ -132,6 +135,16 @@ class ShardedSampler(DistributedSampler):
             shuffle_shards=self.shuffle_shards,
             shuffle_samples=self.shuffle_samples,
         )
+
+    def _positions(self, epoch: int, indices: NDArray[np.int64]) -> NDArray[np.int64]:
+        """Where dataset ``indices`` sit in ``epoch``'s order (its inverse, vectorised)."""
+        length = self.epoch_length
+        inverse = np.empty(length, dtype=np.int64)
+        inverse[np.asarray(self._order(epoch)(np.arange(length, dtype=np.int64)))] = np.arange(
+            length, dtype=np.int64
+        )
+        found: NDArray[np.int64] = inverse[np.asarray(indices, dtype=np.int64)]
+        return found
 
     def seek(self, epoch: int, consumed: int) -> None:
         """Start the next iteration at global position ``consumed`` of ``epoch``.
