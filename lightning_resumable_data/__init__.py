@@ -22,7 +22,11 @@ if TYPE_CHECKING:
         open_parquet,
         write_megatron,
     )
-    from lightning_resumable_data.lightning import ResumableDataCallback, ResumableDataModule
+    from lightning_resumable_data.lightning import (
+        LossSpikeMonitor,
+        ResumableDataCallback,
+        ResumableDataModule,
+    )
     from lightning_resumable_data.loader import StatefulDataLoader
     from lightning_resumable_data.randomness import SampleKey, sample_rng
     from lightning_resumable_data.samplers import (
@@ -64,6 +68,7 @@ __version__ = "0.3.0"
 # Lightning (seconds): name -> the submodule that defines it.
 _LAZY = {
     "MixtureDataset": "datasets",
+    "LossSpikeMonitor": "lightning",
     "ResumableDataCallback": "lightning",
     "ResumableDataModule": "lightning",
     "StatefulDataLoader": "loader",
@@ -128,6 +133,7 @@ __all__ = [
     "DistributedSampler",
     "DistributedShardedDataset",
     "DocumentCorpus",
+    "LossSpikeMonitor",
     "MixtureDataset",
     "MixturePhase",
     "MixtureSampler",

@@ -16,10 +16,15 @@ from lightning_resumable_data._lazy import lazy_exports
 if TYPE_CHECKING:
     from lightning_resumable_data.lightning.callback import ResumableDataCallback
     from lightning_resumable_data.lightning.datamodule import ResumableDataModule
+    from lightning_resumable_data.lightning.spikes import LossSpikeMonitor
 
-__all__ = ["ResumableDataCallback", "ResumableDataModule"]
+__all__ = ["LossSpikeMonitor", "ResumableDataCallback", "ResumableDataModule"]
 
-_LAZY = {"ResumableDataCallback": "callback", "ResumableDataModule": "datamodule"}
+_LAZY = {
+    "LossSpikeMonitor": "spikes",
+    "ResumableDataCallback": "callback",
+    "ResumableDataModule": "datamodule",
+}
 
 
 __getattr__, __dir__ = lazy_exports(globals(), __name__, _LAZY)
