@@ -21,13 +21,18 @@ import numpy as np
 from numpy.typing import NDArray
 
 from lightning_resumable_data.index.permutation import (
+    _MIX_1,
+    _MIX_2,
+    EXACT_THRESHOLD,
     PermutationAlgorithm,
+    _exact_table,
+    _radices,
+    _round_keys,
     feistel_keys,
-    feistel_permute,
     randperm,
 )
 
-__all__ = ["order_positions"]
+__all__ = ["feistel_inverse", "order_positions"]
 
 _SEED_LIMIT = 2**64
 
@@ -62,12 +67,67 @@ def order_positions(
     if not shuffle or not wanted.size:
         same: NDArray[np.int64] = wanted.copy()
         return same
-    if algorithm == "randperm":
-        order = np.asarray(randperm(length, (seed + epoch) % _SEED_LIMIT), dtype=np.int64)
-    else:
-        keys = feistel_keys(seed % _SEED_LIMIT, epoch)
-        order = feistel_permute(np.arange(length, dtype=np.int64), length, keys)
+    if algorithm != "randperm":  # O(1) per index, whatever the length
+        return feistel_inverse(wanted, length, feistel_keys(seed % _SEED_LIMIT, epoch))
+    order = np.asarray(randperm(length, (seed + epoch) % _SEED_LIMIT), dtype=np.int64)
     inverse = np.empty(length, dtype=np.int64)
     inverse[order] = np.arange(length, dtype=np.int64)
     positions: NDArray[np.int64] = np.asarray(inverse[wanted], dtype=np.int64)
     return positions
+
+
+def feistel_inverse(
+    indices: NDArray[np.integer], n: int, keys: NDArray[np.integer]
+) -> NDArray[np.int64]:
+    """The positions ``p`` with ``feistel_permute(p, n, keys) == indices`` (vectorised).
+
+    Example:
+        >>> from lightning_resumable_data.index.permutation import feistel_permute
+        >>> keys = feistel_keys(seed=3, epoch=1)
+        >>> n = 10**12
+        >>> values = feistel_permute(np.array([0, 5, n - 1]), n, keys)
+        >>> feistel_inverse(values, n, keys).tolist() == [0, 5, n - 1]
+        True
+    """
+    key = tuple(np.asarray(keys, dtype=np.uint64).reshape(-1).tolist())
+    wanted = np.asarray(indices, dtype=np.int64).reshape(-1)
+    if n <= EXACT_THRESHOLD:
+        table = _exact_table(n, key)
+        inverse = np.empty(n, dtype=np.int64)
+        inverse[table] = np.arange(n, dtype=np.int64)
+        found: NDArray[np.int64] = inverse[wanted]
+        return found.reshape(np.shape(indices))
+    round_keys, (a, b) = _round_keys(key), _radices(n)
+    x = _network_inverse(wanted.astype(np.uint64), round_keys, a, b)
+    outside = np.flatnonzero(x >= np.uint64(n))
+    while outside.size:  # the cycle walk, backwards
+        walked = _network_inverse(x[outside], round_keys, a, b)
+        x[outside] = walked
+        outside = outside[walked >= np.uint64(n)]
+    return x.view(np.int64).reshape(np.shape(indices))
+
+
+def _network_inverse(
+    y: NDArray[np.uint64], keys: tuple[np.uint64, ...], a: int, b: int
+) -> NDArray[np.uint64]:
+    """The inverse of one pass of ``permutation._network`` (its rounds undone in reverse)."""
+    radices = [(a, b)]
+    for _ in keys:  # the radices each round starts from
+        radices.append(radices[-1][::-1])
+    final_b = radices[-1][1]
+    high, low = y // np.uint64(final_b), y % np.uint64(final_b)
+    shift_32, shift_31 = np.uint64(32), np.uint64(31)
+    for key, (ra, _) in zip(reversed(keys), reversed(radices[:-1]), strict=True):
+        # the round mapped (h, l) in Z_ra x Z_rb to (l, (h + F(l)) mod ra)
+        before_low = high
+        mixed = np.bitwise_xor(before_low, key)
+        mixed *= _MIX_1
+        mixed ^= mixed >> shift_31
+        mixed *= _MIX_2
+        mixed >>= shift_32
+        mixed *= np.uint64(ra)
+        mixed >>= shift_32  # F(l) in [0, ra)
+        before_high = (low + np.uint64(ra) - mixed) % np.uint64(ra)
+        high, low = before_high, before_low
+    result: NDArray[np.uint64] = high * np.uint64(b) + low
+    return result

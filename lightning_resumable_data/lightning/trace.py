@@ -170,9 +170,10 @@ class Occurrence:
 def find_sample(sampler: DistributedSampler, history: DataHistory, index: int) -> list[Occurrence]:
     """Every (epoch, step, rank) of the record at which dataset ``index`` was trained.
 
-    The inverse of :func:`trace_step` over the recorded steps. It computes each recorded
-    epoch's order once, vectorised (O(epoch) time and memory per epoch), and finds the
-    index in it; a padded epoch's tail repeats the order's start, so a sample can be
+    The inverse of :func:`trace_step` over the recorded steps. It inverts each recorded
+    epoch's order at ``index`` (:func:`~lightning_resumable_data.index.inverse.order_positions`:
+    O(1) for a Feistel or unshuffled order, one vectorised pass over the epoch for
+    ``randperm``); a padded epoch's tail repeats the order's start, so a sample can be
     trained twice in an epoch.
 
     Raises:
@@ -198,15 +199,17 @@ def find_sample(sampler: DistributedSampler, history: DataHistory, index: int) -
         return []
     for epoch in history.epochs:
         view = _epoch_order(sampler, history, epoch)
-        lookup, length = view[0], view[1]
-        order = np.asarray(lookup(np.arange(length, dtype=np.int64)))
-        for position in np.flatnonzero(order == index).tolist():
-            for padded in (position, position + length):  # the padded tail wraps around
-                for step, batch in history.batches_at(epoch, padded):
-                    j, rank = divmod(padded - batch.consumed, batch.world)
-                    if step <= finished[1] and j < _count(sampler, length, batch, rank):
-                        where = int(_base(np.array([padded], np.int64), view)[0])
-                        found.append(Occurrence(epoch, step, rank, where))
+        length, cuts = view[1], view[2]
+        base = int(sampler._positions(epoch, np.array([index], np.int64))[0])  # the inverse
+        if any(start <= base < stop for start, stop in cuts):
+            continue  # cut from this epoch: never read in it
+        position = base - sum(stop - start for start, stop in cuts if stop <= base)
+        for padded in (position, position + length):  # the padded tail wraps around
+            for step, batch in history.batches_at(epoch, padded):
+                j, rank = divmod(padded - batch.consumed, batch.world)
+                if step <= finished[1] and j < _count(sampler, length, batch, rank):
+                    where = int(_base(np.array([padded], np.int64), view)[0])
+                    found.append(Occurrence(epoch, step, rank, where))
     return found
 
 
