@@ -27,8 +27,10 @@ from lightning_resumable_data.samplers.distributed import DistributedSampler
 __all__ = ["find", "format_find", "format_trace", "trace"]
 
 
-def _load(path: Path, unsafe_unpickle: bool) -> tuple[DataHistory, DistributedSampler, str]:
-    """The checkpoint's data history and its sampler, rebuilt with the run's schedule.
+def _load(
+    path: Path, unsafe_unpickle: bool
+) -> tuple[DataHistory, DistributedSampler, str, tuple[int, int], bool]:
+    """The checkpoint's record, sampler (with the run's schedule), position and drop_last.
 
     Raises:
         CliError: No data state or no data history (written before this release, or without
@@ -52,6 +54,9 @@ def _load(path: Path, unsafe_unpickle: bool) -> tuple[DataHistory, DistributedSa
         )
     try:
         history = DataHistory.from_state(saved)
+        if history.steps_done is None:  # saved after the fit ended: the trainer's count
+            done = checkpoint.get("global_step")
+            history.steps_done = int(done) if isinstance(done, int) else None
         kind = str(sampler_state["kind"])
         sampler = build_sampler(
             kind,
@@ -62,7 +67,9 @@ def _load(path: Path, unsafe_unpickle: bool) -> tuple[DataHistory, DistributedSa
         replay_changes(sampler, history)
     except (ValueError, KeyError, TypeError) as error:
         raise CliError(f"{path}: {error}", hint="lrd inspect shows what the file holds.") from None
-    return history, sampler, kind
+    position = (int(sampler_state.get("epoch", 0)), int(sampler_state.get("consumed", 0)))
+    drop_last = bool(((found.module or {}).get("config") or {}).get("drop_last", False))
+    return history, sampler, kind, position, drop_last
 
 
 def trace(
@@ -77,15 +84,16 @@ def trace(
     Raises:
         CliError: What :func:`_load` refuses, or a step the history does not cover.
     """
-    history, sampler, kind = _load(path, unsafe_unpickle)
+    history, sampler, kind, position, drop_last = _load(path, unsafe_unpickle)
     try:
-        batches = trace_step(sampler, history, step, ranks)
+        batches = trace_step(sampler, history, step, ranks, position=position, drop_last=drop_last)
     except ValueError as error:
         raise CliError(f"{path}: {error}", hint="lrd inspect shows what the file holds.") from None
     return {
         "checkpoint": str(path),
         "step": step,
         "sampler": kind,
+        "planned": any(batch.planned for batch in batches),
         "batches": [_batch_json(batch) for batch in batches],
     }
 
@@ -96,7 +104,7 @@ def find(path: Path, sample: int, *, unsafe_unpickle: bool = False) -> dict[str,
     Raises:
         CliError: What :func:`_load` refuses, a mixture, or a sample out of range.
     """
-    history, sampler, kind = _load(path, unsafe_unpickle)
+    history, sampler, kind, _, _ = _load(path, unsafe_unpickle)
     try:
         found = find_sample(sampler, history, sample)
     except ValueError as error:
@@ -173,6 +181,11 @@ def format_trace(report: dict[str, Any]) -> str:
         f"step {report['step']} of {report['checkpoint']} ({report['sampler']}): "
         f"{len(batches)} batch{'es' if len(batches) != 1 else ''}"
     ]
+    if report.get("planned"):
+        lines[0] += (
+            " (planned: after the checkpoint, as its layout would read it if nothing changes:"
+            " no resume on another layout, no online weight change)"
+        )
     for number, batch in enumerate(batches, 1):
         ranks = "rank" if batch["world_size"] == 1 else "ranks"
         most = max((len(rank["indices"]) for rank in batch["ranks"]), default=0)

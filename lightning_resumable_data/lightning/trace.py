@@ -27,6 +27,7 @@ from numpy.typing import NDArray
 from lightning_resumable_data.index.partition import samples_per_rank
 from lightning_resumable_data.index.skips import skipped, to_base
 from lightning_resumable_data.lightning.history import DataHistory, StepBatch
+from lightning_resumable_data.lightning.skipping import epoch_batches, step_ranges
 from lightning_resumable_data.samplers._cut_order import skipping
 from lightning_resumable_data.samplers._cuts import merge_ranges
 from lightning_resumable_data.samplers._rank_order import Order
@@ -75,6 +76,7 @@ class TracedBatch:
     batch: StepBatch
     ranks: tuple[RankSamples, ...]
     start: int = -1
+    planned: bool = False  # a step after the checkpoint: what its layout would read next
 
 
 def trace_step(
@@ -82,6 +84,9 @@ def trace_step(
     history: DataHistory,
     step: int,
     ranks: Sequence[int] | None = None,
+    *,
+    position: tuple[int, int] | None = None,
+    drop_last: bool = False,
 ) -> list[TracedBatch]:
     """The samples of optimizer ``step``, batch by batch, on ``ranks`` (default: all).
 
@@ -91,6 +96,10 @@ def trace_step(
         history: The run's record of batches.
         step: The optimizer step (``trainer.global_step`` while it trained).
         ranks: The ranks to report.
+        position: ``(epoch, consumed)`` where the data stood when the record was saved: a
+            step after it is *planned*, read as the saved layout would read it next (if
+            nothing changes: no resume on another layout, no online weight change).
+        drop_last: The loader's ``drop_last`` (how a planned epoch ends).
 
     Raises:
         ValueError: ``step`` is not in the record (before the record began, or after the
@@ -104,6 +113,9 @@ def trace_step(
             "accumulated step, as ModelCheckpoint can be under accumulate_grad_batches); "
             "trace it from a later checkpoint."
         )
+    planned = not batches and position is not None and step >= (history.steps_done or 0)
+    if planned and position is not None:
+        batches = _planned(sampler, history, step, position, drop_last)
     if not batches:
         finished = history.finished_steps
         covered = "nothing" if finished is None else "steps {} to {}".format(*finished)
@@ -123,8 +135,48 @@ def trace_step(
         view = orders[batch.epoch]
         rows = tuple(_rank(sampler, view, batch, r) for r in wanted)
         start = int(_base(np.array([batch.consumed], np.int64), view)[0])
-        traced.append(TracedBatch(batch, rows, start))
+        traced.append(TracedBatch(batch, rows, start, planned))
     return traced
+
+
+def _planned(
+    sampler: DistributedSampler,
+    history: DataHistory,
+    step: int,
+    position: tuple[int, int],
+    drop_last: bool,
+) -> list[StepBatch]:
+    """The batches of a step after the record, in the layout it was saved with."""
+    if not history.runs or history.steps_done is None:
+        return []
+    _, _, _, world, batch_size, accumulate, _, limit = history.runs[-1]
+    epoch, consumed = position
+    width = world * batch_size
+
+    def batches(e: int) -> int:
+        return epoch_batches(
+            _epoch_order(sampler, history, e)[1],
+            world=world,
+            batch_size=batch_size,
+            drop_last=drop_last,
+            sampler_drop_last=sampler.drop_last,
+            limit=limit or None,
+        )
+
+    ranges = step_ranges(
+        (step, step + 1),
+        step=history.steps_done,
+        epoch=epoch,
+        batch=consumed // width,
+        accumulate=accumulate,
+        batches=batches,
+        step_samples=width,
+    )
+    return [
+        StepBatch(e, at, world, batch_size, limit or None)
+        for e, lo, hi in ranges
+        for at in range(lo, hi, width)
+    ]
 
 
 def _base(positions: NDArray[np.int64], view: View) -> NDArray[np.int64]:

@@ -1,0 +1,81 @@
+"""``lrd trace`` of a step after the checkpoint: what the saved layout will read, exactly.
+
+A planned step is computed from the checkpoint alone (its position, layout and recorded
+cuts); it must equal what a real ``Trainer`` then trains, with accumulation, across epoch
+ends, and after ``lrd skip`` and ``lrd quarantine`` edited the checkpoint.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+
+from lightning_resumable_data import ResumableDataModule
+from lightning_resumable_data.cli import main
+from lightning_resumable_data.cli.trace import trace
+
+
+class Recorder(pl.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(1, 1)
+        self.ledger: dict[int, list[list[int]]] = defaultdict(list)
+
+    def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
+        self.ledger[self.trainer.global_step].append(batch.tolist())
+        loss: torch.Tensor = self.layer(batch.float().view(-1, 1)).sum() * 0.0
+        return loss
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.0)
+
+
+def _fit(root: Path, ckpt: Path | None = None, save: Path | None = None, **kw: Any) -> Recorder:
+    model = Recorder()
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=root,
+        accumulate_grad_batches=2,
+        **{"max_epochs": 3, **kw},
+    )
+    trainer.fit(model, datamodule=ResumableDataModule(range(50), batch_size=3), ckpt_path=ckpt)
+    if save is not None:
+        trainer.save_checkpoint(save)
+    return model
+
+
+def _traced(checkpoint: Path, step: int) -> tuple[bool, list[list[int]]]:
+    report = trace(checkpoint, step)
+    return report["planned"], [b["ranks"][0]["indices"] for b in report["batches"]]
+
+
+def test_planned_steps_are_what_the_trainer_then_trains(tmp_path: Path) -> None:
+    seven = tmp_path / "seven.ckpt"
+    _fit(tmp_path / "a", max_steps=7, save=seven)
+    rest = _fit(tmp_path / "b", ckpt=seven)  # 17 batches an epoch: 9 steps, the last short
+    assert sorted(rest.ledger) == list(range(7, 27))
+    for step, batches in rest.ledger.items():
+        assert _traced(seven, step) == (True, batches), step
+    assert _traced(seven, 6)[0] is False  # a recorded step is not planned
+
+
+def test_planned_steps_follow_lrd_skip_and_lrd_quarantine(tmp_path: Path) -> None:
+    seven = tmp_path / "seven.ckpt"
+    _fit(tmp_path / "a", max_steps=7, save=seven)
+    for name, argv in (
+        ("skip", ["skip", str(seven), "--steps", "8:11", "-o"]),
+        ("quarantine", ["quarantine", str(seven), "--samples", "4,9,33", "-o"]),
+    ):
+        edited = tmp_path / f"{name}.ckpt"
+        assert main([*argv, str(edited)]) == 0
+        rest = _fit(tmp_path / name, ckpt=edited)
+        for step, batches in rest.ledger.items():
+            assert _traced(edited, step) == (True, batches), (name, step)
