@@ -1,7 +1,9 @@
 """The loaders a ``ResumableDataModule`` builds: training (resumable) and evaluation.
 
 The training loader is a :class:`~lightning_resumable_data.StatefulDataLoader` over a
-:class:`~lightning_resumable_data.DistributedSampler` (one dataset) or a
+:class:`~lightning_resumable_data.DistributedSampler` (one dataset; for a
+:class:`~lightning_resumable_data.DistributedShardedDataset` its own
+:class:`~lightning_resumable_data.ShardedSampler`, shard by shard) or a
 :class:`~lightning_resumable_data.MixtureSampler` (named sources, with the mixture phases
 placed in it); a loader rebuilt by the same trainer continues from the live position, and a
 restored position is applied to the loader it was restored for. The evaluation loaders are
@@ -21,6 +23,7 @@ from lightning_resumable_data.lightning._phases import schedule_phases
 from lightning_resumable_data.loader import StatefulDataLoader
 from lightning_resumable_data.samplers.distributed import DistributedSampler
 from lightning_resumable_data.samplers.mixture import MixtureSampler
+from lightning_resumable_data.shards.dataset import DistributedShardedDataset
 
 if TYPE_CHECKING:
     from lightning_resumable_data.lightning.datamodule import ResumableDataModule
@@ -74,16 +77,19 @@ def train_loader(dm: ResumableDataModule) -> StatefulDataLoader:
                 "return_source=True needs named sources: pass train_dataset as a mapping "
                 "{'web': ..., 'code': ...}, or leave return_source out."
             )
-        sampler = DistributedSampler(
-            dataset,
-            num_replicas,
-            rank,
-            shuffle=dm.shuffle,
-            seed=dm.seed,
-            drop_last=dm.drop_last,
-            algorithm=dm.algorithm,
-            sample_keys=dm.sample_keys,
-        )
+        if isinstance(dataset, DistributedShardedDataset):
+            sampler = _sharded_sampler(dm, dataset, num_replicas, rank)
+        else:
+            sampler = DistributedSampler(
+                dataset,
+                num_replicas,
+                rank,
+                shuffle=dm.shuffle,
+                seed=dm.seed,
+                drop_last=dm.drop_last,
+                algorithm=dm.algorithm,
+                sample_keys=dm.sample_keys,
+            )
     max_epochs = dm.trainer.max_epochs if dm.trainer is not None else None
     if dm._loader_state is None and _reloading(dm):
         dm._loader_state = dm.train_loader.state_dict()  # type: ignore[union-attr]
@@ -101,6 +107,27 @@ def train_loader(dm: ResumableDataModule) -> StatefulDataLoader:
         dm.train_loader.load_state_dict(dm._loader_state)
         dm._loader_state = None
     return dm.train_loader
+
+
+def _sharded_sampler(
+    dm: ResumableDataModule, dataset: DistributedShardedDataset[Any], num_replicas: int, rank: int
+) -> DistributedSampler:
+    """The dataset's own :class:`ShardedSampler`: shard by shard, as its prefetch expects.
+
+    Raises:
+        ValueError: The DataModule's seed is not the dataset's (its order and prefetch
+            follow its own).
+    """
+    if dm.seed != dataset.seed % 2**64:
+        raise ValueError(
+            f"ResumableDataModule(seed={dm.seed}) and DistributedShardedDataset(seed="
+            f"{dataset.seed}) disagree: a sharded dataset is read in its own order (shards, "
+            "then samples, shuffled from its seed), which its prefetch follows. Pass "
+            f"seed={dataset.seed} to ResumableDataModule."
+        )
+    sampler = dataset.sampler(num_replicas, rank, drop_last=dm.drop_last)
+    sampler.sample_keys = dm.sample_keys
+    return sampler
 
 
 def _reloading(dm: ResumableDataModule) -> bool:
