@@ -20,6 +20,7 @@ from typing import Any
 
 from _harness import REPO_ROOT, fmt_n, table_header, table_row
 from bench_mixture_peers import MIXTURE_PEERS, mixture_peers_table
+from bench_provenance import PROVENANCE, PROVENANCE_PAGE, provenance_table
 from documents_table import DOCUMENTS, DOCUMENTS_PAGE, document_table
 from remote_table import REMOTE, REMOTE_PAGE, remote_table
 from seeding_tables import (
@@ -288,6 +289,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         (SHARDS_PAGE, "shard-resume-table", SHARD_RESUME, shard_resume_table),
         (SEEDING_PAGE, "seeding-table", SEEDING, seeding_table),
         (SEEDING_PAGE, "lightning-overhead-table", LIGHTNING, lightning_overhead_table),
+        (PROVENANCE_PAGE, "provenance-table", PROVENANCE, provenance_table),
     ):
         if path.exists():
             old, current = pages.get(page, (page.read_text(), page.read_text()))

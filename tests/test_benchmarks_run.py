@@ -27,6 +27,7 @@ QUICK = {  # script: its arguments, each at its smallest (one repeat): CI runs e
     "bench_mixture_peers.py": ["--quick"],  # without Grain here: this library's rows
     "bench_mixture_ranks.py": ["--quick"],
     "bench_peers.py": ["--quick", "--repeat", "1"],  # peers not installed here: skipped, noted
+    "bench_provenance.py": ["--quick"],
     "bench_remote.py": ["--quick", "--repeat", "1"],  # this library's rows (peers: own venv)
     "bench_sampler.py": ["--sizes", "1e6", "--feistel-sizes", "1e10", "--budget", "2e6"],
     "bench_seeding.py": ["--quick", "--repeat", "1"],

@@ -9,6 +9,7 @@ from the source's passes. :func:`locate` finds sources and draw numbers,
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -91,6 +92,9 @@ def locate(
         return labels, draws + plan[0].drawn[labels]
     labels = np.empty(len(positions), dtype=np.int16)
     draws = np.empty(len(positions), dtype=np.int64)
+    if len(positions):  # only the segments the positions fall in: O(log) in the changes
+        first = bisect.bisect_right(plan, int(positions.min()), key=_start) - 1
+        plan = plan[max(first, 0) : bisect.bisect_right(plan, int(positions.max()), key=_start)]
     starts = np.array([segment.start for segment in plan], dtype=np.int64)
     which = np.searchsorted(starts, positions, side="right") - 1
     ordered = bool(np.all(which[1:] >= which[:-1]))  # a rank's chunk, unless it wraps
@@ -106,6 +110,10 @@ def locate(
         seg_labels, seg_draws = segment.arrangement.locate(found)
         labels[where], draws[where] = seg_labels, seg_draws + segment.drawn[seg_labels]
     return labels, draws
+
+
+def _start(segment: Segment) -> int:
+    return segment.start
 
 
 def mixture_order(
