@@ -97,3 +97,41 @@ def test_a_seed_other_than_the_datasets_is_refused(tmp_path: Path) -> None:
         match=r"ResumableDataModule\(seed=7\) and DistributedShardedDataset\(seed=3\) disagree",
     ):
         trainer.fit(Recorder(), datamodule=dm)
+
+
+def test_lrd_follows_a_sharded_run_with_its_shards(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lightning_resumable_data.cli import main
+    from lightning_resumable_data.cli.trace import trace
+
+    folder = tmp_path / "shards"
+    tokens = np.arange(64 * 4, dtype=np.uint16)
+    write_token_shards(folder, [tokens], seq_len=4, tokens_per_shard=32)
+
+    def dataset() -> DistributedShardedDataset[np.ndarray]:
+        return DistributedShardedDataset(open_token_shards(folder), seed=7)
+
+    whole = _fit(tmp_path / "a", dataset())
+    five = tmp_path / "five.ckpt"
+    _fit(tmp_path / "b", dataset(), max_steps=5, save=five)
+    for step in range(5, 32):  # planned steps, from the checkpoint and the shards
+        report = trace(five, step, shards=folder)
+        (batch,) = report["batches"]
+        firsts = [4 * i for i in batch["ranks"][0]["indices"]]
+        assert firsts == whole.ledger[step], step
+        rank = batch["ranks"][0]
+        for index, where in zip(rank["indices"], rank["locations"], strict=True):
+            assert where["shard"] == f"shard_{index // 8:05d}.bin"  # 8 samples a shard
+            assert (where["row"], where["byte_offset"]) == (index % 8, (index % 8) * 8)
+    assert main(["trace", str(five), "--step", "2"]) == 2  # the order needs the shards
+    assert "pass --shards DIR" in capsys.readouterr().err
+    assert main(["trace", str(five), "--step", "2", "--shards", str(folder)]) == 0
+    assert "row" in capsys.readouterr().out
+    edited = tmp_path / "skip.ckpt"
+    argv = ["skip", str(five), "--steps", "9:12", "-o", str(edited), "--shards", str(folder)]
+    assert main(argv) == 0
+    rest = _fit(tmp_path / "c", dataset(), ckpt=edited)
+    cut = {s: b for s, b in whole.ledger.items() if s >= 5 and s not in (9, 10, 11)}
+    assert [x for b in rest.ledger.values() for x in b] == [x for s in sorted(cut) for x in cut[s]]
+    assert main(["inspect", str(five)]) == 0, capsys.readouterr().err

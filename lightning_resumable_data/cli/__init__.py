@@ -143,6 +143,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     quarantine.add_argument("-o", "--output", type=Path, required=True, metavar="NEW")
     quarantine.add_argument("--unsafe-unpickle", action="store_true", help=argparse.SUPPRESS)
+    for command in (trace, find, skip, quarantine):
+        command.add_argument(
+            "--shards",
+            type=Path,
+            metavar="DIR",
+            help="the run's token shards (their index.json): a sharded run's order needs "
+            "their sizes; trace also names each sample's shard file, row and bytes",
+        )
     for command in (inspect, plan, trace, find, skip, quarantine):
         command.add_argument("--json", action="store_true", help="print JSON instead of text")
     return parser
@@ -162,19 +170,33 @@ def _run(args: argparse.Namespace) -> int:
         from lightning_resumable_data.cli.skip import format_skip, parse_steps, skip
 
         steps = [parse_steps(text) for text in args.steps]
-        done = skip(args.checkpoint, steps, args.output, unsafe_unpickle=args.unsafe_unpickle)
+        done = skip(
+            args.checkpoint,
+            steps,
+            args.output,
+            unsafe_unpickle=args.unsafe_unpickle,
+            shards=args.shards,
+        )
         print(json.dumps(done, indent=2) if args.json else format_skip(done))
         return 0
     if args.command == "find":
         from lightning_resumable_data.cli.trace import find, format_find
 
-        found = find(args.checkpoint, args.sample, unsafe_unpickle=args.unsafe_unpickle)
+        found = find(
+            args.checkpoint, args.sample, unsafe_unpickle=args.unsafe_unpickle, shards=args.shards
+        )
         print(json.dumps(found, indent=2) if args.json else format_find(found))
         return 0
     if args.command == "trace":
         from lightning_resumable_data.cli.trace import format_trace, trace
 
-        traced = trace(args.checkpoint, args.step, args.rank, unsafe_unpickle=args.unsafe_unpickle)
+        traced = trace(
+            args.checkpoint,
+            args.step,
+            args.rank,
+            unsafe_unpickle=args.unsafe_unpickle,
+            shards=args.shards,
+        )
         print(json.dumps(traced, indent=2) if args.json else format_trace(traced))
         return 0
     if args.command == "inspect":

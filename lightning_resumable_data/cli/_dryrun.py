@@ -14,6 +14,7 @@ import logging
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from lightning_resumable_data.datasets.mixture import MixtureDataset
@@ -123,6 +124,33 @@ def build_sampler(
             algorithm=fingerprint["algorithm"],
         )
     raise ValueError(f"lrd cannot rebuild a {kind}.")
+
+
+def sharded_sampler(
+    fingerprint: Mapping[str, Any], world_size: int, shards: Path
+) -> tuple[DistributedSampler, Any]:
+    """A ``ShardedSampler`` of the token shards in ``shards``, checked against ``fingerprint``.
+
+    Returns the sampler and the sharded dataset (for sample locations).
+
+    Raises:
+        ValueError: The shards are not the ones the state was saved over.
+    """
+    from lightning_resumable_data.shards import DistributedShardedDataset, open_token_shards
+
+    dataset = DistributedShardedDataset(
+        open_token_shards(shards),
+        seed=int(fingerprint.get("seed", 0)),
+        shuffle_shards=bool(fingerprint.get("shuffle_shards", True)),
+        shuffle_samples=bool(fingerprint.get("shuffle_samples", True)),
+    )
+    sampler = dataset.sampler(world_size, 0, drop_last=bool(fingerprint.get("drop_last", False)))
+    if sampler.fingerprint != dict(fingerprint):
+        raise ValueError(
+            f"the token shards in {shards} are not the ones this state was saved over "
+            f"(saved {dict(fingerprint)}, found {sampler.fingerprint})."
+        )
+    return sampler, dataset
 
 
 def resume_loader(

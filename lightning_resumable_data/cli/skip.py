@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lightning_resumable_data.cli._dryrun import build_sampler
+from lightning_resumable_data.cli._dryrun import build_sampler, sharded_sampler
 from lightning_resumable_data.cli._errors import CliError
 from lightning_resumable_data.cli._reading import find_data_state, load_checkpoint, loader_states
 from lightning_resumable_data.lightning.history import DataHistory
@@ -55,7 +55,9 @@ def parse_steps(text: str) -> tuple[int, int]:
 class _Edit:
     """A checkpoint opened for ``lrd skip`` / ``lrd quarantine``: its sampler and record."""
 
-    def __init__(self, path: Path, out: Path, unsafe_unpickle: bool, command: str) -> None:
+    def __init__(
+        self, path: Path, out: Path, unsafe_unpickle: bool, command: str, shards: Path | None
+    ) -> None:
         if out.resolve() == path.resolve():
             raise CliError("-o must name a new file", hint="keep the original checkpoint")
         self.path, self.out = path, out
@@ -77,7 +79,15 @@ class _Edit:
         )
         self.epoch, self.consumed = int(saved["epoch"]), int(saved["consumed"])
         self.step = int(self.checkpoint.get("global_step", 0))
-        self.sampler = build_sampler(str(saved["kind"]), saved["fingerprint"], self.world)
+        if saved["kind"] == "ShardedSampler":
+            if shards is None:
+                raise CliError(
+                    f"{path} was trained over token shards: their order needs their sizes",
+                    hint="pass --shards DIR, the folder of the run's token shards.",
+                )
+            self.sampler = sharded_sampler(saved["fingerprint"], self.world, shards)[0]
+        else:
+            self.sampler = build_sampler(str(saved["kind"]), saved["fingerprint"], self.world)
         self.sampler.load_state_dict(saved)
 
     def write(self) -> None:
@@ -94,9 +104,9 @@ class _Edit:
         torch.save(self.checkpoint, self.out)
 
 
-def _edit(path: Path, out: Path, unsafe_unpickle: bool, command: str) -> _Edit:
+def _edit(path: Path, out: Path, unsafe_unpickle: bool, command: str, shards: Path | None) -> _Edit:
     try:
-        return _Edit(path, out, unsafe_unpickle, command)
+        return _Edit(path, out, unsafe_unpickle, command, shards)
     except (ValueError, KeyError, TypeError) as error:
         raise CliError(f"{path}: {error}", hint="lrd inspect shows what the file holds.") from None
 
@@ -120,7 +130,12 @@ def parse_samples(text: str) -> list[int]:
 
 
 def skip(
-    path: Path, steps: list[tuple[int, int]], out: Path, *, unsafe_unpickle: bool = False
+    path: Path,
+    steps: list[tuple[int, int]],
+    out: Path,
+    *,
+    unsafe_unpickle: bool = False,
+    shards: Path | None = None,
 ) -> dict[str, Any]:
     """Write ``out``: ``path`` with the data of ``steps`` cut; return what was cut.
 
@@ -128,7 +143,7 @@ def skip(
         CliError: No data state or history, a sampler that cannot skip (a mixture), or a
             step the checkpoint has trained already.
     """
-    edit = _edit(path, out, unsafe_unpickle, "skip")
+    edit = _edit(path, out, unsafe_unpickle, "skip", shards)
     history, sampler = edit.history, edit.sampler
     last = history.runs[-1] if history.runs else None
     accumulate = int(last[5]) if last else 1
@@ -184,7 +199,12 @@ def skip(
 
 
 def quarantine(
-    path: Path, samples: list[int], out: Path, *, unsafe_unpickle: bool = False
+    path: Path,
+    samples: list[int],
+    out: Path,
+    *,
+    unsafe_unpickle: bool = False,
+    shards: Path | None = None,
 ) -> dict[str, Any]:
     """Write ``out``: ``path`` with dataset ``samples`` left out of every later draw.
 
@@ -192,7 +212,7 @@ def quarantine(
         CliError: No data state or history, a sampler that cannot (a mixture), or a
             sample outside the dataset.
     """
-    edit = _edit(path, out, unsafe_unpickle, "quarantine")
+    edit = _edit(path, out, unsafe_unpickle, "quarantine", shards)
     new = sorted(set(samples) - edit.history.quarantined)
     if new:
         try:

@@ -9,13 +9,15 @@ looks the step's positions up in its order: nothing is read or replayed.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lightning_resumable_data.cli._dryrun import build_sampler
+from lightning_resumable_data.cli._dryrun import build_sampler, sharded_sampler
 from lightning_resumable_data.cli._errors import CliError
 from lightning_resumable_data.cli._reading import find_data_state, load_checkpoint
 from lightning_resumable_data.lightning.history import DataHistory
+from lightning_resumable_data.lightning.locations import sample_locations
 from lightning_resumable_data.lightning.trace import (
     TracedBatch,
     find_sample,
@@ -27,10 +29,22 @@ from lightning_resumable_data.samplers.distributed import DistributedSampler
 __all__ = ["find", "format_find", "format_trace", "trace"]
 
 
-def _load(
-    path: Path, unsafe_unpickle: bool
-) -> tuple[DataHistory, DistributedSampler, str, tuple[int, int], bool]:
+@dataclass
+class Loaded:
+    """What ``lrd trace``/``find`` read from a checkpoint (and its shards, if given)."""
+
+    history: DataHistory
+    sampler: DistributedSampler
+    kind: str
+    position: tuple[int, int]
+    drop_last: bool
+    dataset: Any = None  # the sharded dataset of --shards, for sample locations
+
+
+def _load(path: Path, unsafe_unpickle: bool, shards: Path | None = None) -> Loaded:
     """The checkpoint's record, sampler (with the run's schedule), position and drop_last.
+
+    A ``ShardedSampler``'s order needs its shards' sizes: ``shards`` is their folder.
 
     Raises:
         CliError: No data state or no data history (written before this release, or without
@@ -57,19 +71,39 @@ def _load(
         if history.steps_done is None:  # saved after the fit ended: the trainer's count
             done = checkpoint.get("global_step")
             history.steps_done = int(done) if isinstance(done, int) else None
-        kind = str(sampler_state["kind"])
-        sampler = build_sampler(
-            kind,
-            sampler_state["fingerprint"],
-            int(found.loader["num_replicas"]),
-            sampler_state.get("schedule", ()),
-        )
+        kind, world = str(sampler_state["kind"]), int(found.loader["num_replicas"])
+        dataset = None
+        if kind == "ShardedSampler":
+            if shards is None:
+                raise CliError(
+                    f"{path} was trained over token shards: their order needs the shards' sizes",
+                    hint="pass --shards DIR, the folder of the run's token shards (index.json).",
+                )
+            sampler, dataset = sharded_sampler(sampler_state["fingerprint"], world, shards)
+        else:
+            schedule = sampler_state.get("schedule", ())
+            sampler = build_sampler(kind, sampler_state["fingerprint"], world, schedule)
+            if shards is not None:
+                dataset = _located(shards, sampler.epoch_length)
         replay_changes(sampler, history)
     except (ValueError, KeyError, TypeError) as error:
         raise CliError(f"{path}: {error}", hint="lrd inspect shows what the file holds.") from None
     position = (int(sampler_state.get("epoch", 0)), int(sampler_state.get("consumed", 0)))
     drop_last = bool(((found.module or {}).get("config") or {}).get("drop_last", False))
-    return history, sampler, kind, position, drop_last
+    return Loaded(history, sampler, kind, position, drop_last, dataset)
+
+
+def _located(shards: Path, length: int) -> Any:
+    """The token shards of ``shards`` as a sharded dataset of ``length`` samples."""
+    from lightning_resumable_data.shards import DistributedShardedDataset, open_token_shards
+
+    dataset = DistributedShardedDataset(open_token_shards(shards))
+    if len(dataset) != length:
+        raise ValueError(
+            f"the token shards in {shards} hold {len(dataset)} samples; the run's dataset "
+            f"had {length}: they are not its data."
+        )
+    return dataset
 
 
 def trace(
@@ -78,35 +112,41 @@ def trace(
     ranks: list[int] | None = None,
     *,
     unsafe_unpickle: bool = False,
+    shards: Path | None = None,
 ) -> dict[str, Any]:
     """What ``lrd trace`` shows, as a JSON-serialisable dict.
 
     Raises:
         CliError: What :func:`_load` refuses, or a step the history does not cover.
     """
-    history, sampler, kind, position, drop_last = _load(path, unsafe_unpickle)
+    run = _load(path, unsafe_unpickle, shards)
     try:
-        batches = trace_step(sampler, history, step, ranks, position=position, drop_last=drop_last)
+        batches = trace_step(
+            run.sampler, run.history, step, ranks, position=run.position, drop_last=run.drop_last
+        )
     except ValueError as error:
         raise CliError(f"{path}: {error}", hint="lrd inspect shows what the file holds.") from None
     return {
         "checkpoint": str(path),
         "step": step,
-        "sampler": kind,
+        "sampler": run.kind,
         "planned": any(batch.planned for batch in batches),
-        "batches": [_batch_json(batch) for batch in batches],
+        "batches": [_batch_json(batch, run.dataset) for batch in batches],
     }
 
 
-def find(path: Path, sample: int, *, unsafe_unpickle: bool = False) -> dict[str, Any]:
+def find(
+    path: Path, sample: int, *, unsafe_unpickle: bool = False, shards: Path | None = None
+) -> dict[str, Any]:
     """What ``lrd find`` shows: every recorded (epoch, step, rank) that trained ``sample``.
 
     Raises:
         CliError: What :func:`_load` refuses, a mixture, or a sample out of range.
     """
-    history, sampler, kind, _, _ = _load(path, unsafe_unpickle)
+    run = _load(path, unsafe_unpickle, shards)
+    history, kind = run.history, run.kind
     try:
-        found = find_sample(sampler, history, sample)
+        found = find_sample(run.sampler, history, sample)
     except ValueError as error:
         raise CliError(f"{path}: {error}", hint="lrd trace names a step's samples.") from None
     finished = history.finished_steps
@@ -142,7 +182,7 @@ def format_find(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _batch_json(batch: TracedBatch) -> dict[str, Any]:
+def _batch_json(batch: TracedBatch, dataset: Any = None) -> dict[str, Any]:
     ranks = []
     for samples in batch.ranks:
         entry: dict[str, Any] = {
@@ -150,6 +190,9 @@ def _batch_json(batch: TracedBatch) -> dict[str, Any]:
             "positions": samples.positions.tolist(),
             "indices": samples.indices.tolist(),
         }
+        if dataset is not None:
+            located = sample_locations(dataset, samples.indices.tolist())
+            entry["locations"] = [vars(location) for location in located]
         if samples.sources is not None and samples.local is not None:
             entry["sources"] = list(samples.sources)
             entry["source_indices"] = samples.local.tolist()
@@ -204,4 +247,8 @@ def format_trace(report: dict[str, Any]) -> str:
             else:
                 shown = " ".join(str(i) for i in rank["indices"])
                 lines.append(f"  rank {rank['rank']}: indices {shown}")
+            for at in rank.get("locations", ()):
+                size = at.get("byte_length")
+                span = f", bytes {at['byte_offset']}+{size}" if size is not None else ""
+                lines.append(f"    {at['index']}: {at['shard']} row {at['row']}{span}")
     return "\n".join(lines)
