@@ -86,11 +86,11 @@ def _samples(ledger: dict[int, list[list[int]]]) -> list[int]:
 def test_skipped_steps_are_cut_from_the_baseline_and_never_read(tmp_path: Path) -> None:
     baseline, _ = _fit(tmp_path, [])
     assert sorted(baseline.ledger) == list(range(30))  # 10 steps an epoch, 3 epochs
-    # steps 8..12 straddle the end of epoch 0; trainer steps 18, 19 of the skip run are
-    # baseline steps 23, 24 (5 steps were cut before them): the model's count goes on
+    # steps 8..12 straddle the end of epoch 0; every range is counted as the run without
+    # these cuts counts steps (18, 19 are the baseline's), and the model's count goes on
     skipping = ResumableDataCallback(skip_steps=[(8, 13), range(18, 20)])
     model, dataset = _fit(tmp_path, [skipping])
-    cut = {8, 9, 10, 11, 12, 23, 24}
+    cut = {8, 9, 10, 11, 12, 18, 19}
     expected = _samples({s: b for s, b in baseline.ledger.items() if s not in cut})
     assert _samples(model.ledger) == expected
     assert sorted(model.ledger) == list(range(23))
@@ -161,7 +161,7 @@ def test_lrd_skip_writes_a_checkpoint_that_resumes_past_the_steps(
     assert main(["inspect", str(edited)]) == 0  # the cut epoch is shorter, the later ones not
     shown = " ".join(capsys.readouterr().out.split())
     assert "Per rank: 12 samples = 3 batches of 4; epoch 0 counts 8 batches" in shown, shown
-    assert "later epochs 7." in shown  # epoch 1 is cut too: 28 samples
+    assert "later epochs 5." in shown  # epoch 1 is cut twice: 20 samples left
     assert "left out" not in shown
     rest, dataset = _fit(tmp_path / "r", [], batch_size=resume_batch, ckpt=edited)
     assert _samples(head.ledger) + _samples(rest.ledger) == _samples(whole.ledger)
@@ -201,3 +201,18 @@ def test_lrd_inspect_shows_the_cut(tmp_path: Path, capsys: pytest.CaptureFixture
     assert (
         "the data of steps 8 to 12 is cut (8 samples of epoch 0, 12 samples of epoch 1)" in out
     ), out
+
+
+def test_overlapping_cuts_are_one_and_an_emptied_epoch_is_refused(tmp_path: Path) -> None:
+    baseline, _ = _fit(tmp_path, [])
+    model, _ = _fit(tmp_path, [ResumableDataCallback(skip_steps=[(4, 9), (7, 12), (12, 13)])])
+    cut = set(range(4, 13))
+    assert _samples(model.ledger) == _samples(
+        {s: b for s, b in baseline.ledger.items() if s not in cut}
+    )
+    with pytest.raises(ValueError, match="leaves epoch 1 no batch"):
+        _fit(tmp_path, [ResumableDataCallback(skip_steps=[(10, 20)])])  # all of epoch 1
+    five = tmp_path / "five.ckpt"
+    _fit(tmp_path, [], max_steps=5, save=five)
+    with pytest.raises(ValueError, match=r"leaves epoch 0 no batch \(from where the fit starts"):
+        _fit(tmp_path, [ResumableDataCallback(skip_steps=[(5, 12)])], ckpt=five)  # its rest

@@ -21,8 +21,8 @@ from typing import Any
 from lightning_resumable_data.cli._dryrun import build_sampler, sharded_sampler
 from lightning_resumable_data.cli._errors import CliError
 from lightning_resumable_data.cli._reading import find_data_state, load_checkpoint, loader_states
+from lightning_resumable_data.lightning._step_ranges import Start, cut_steps, epoch_batches
 from lightning_resumable_data.lightning.history import DataHistory
-from lightning_resumable_data.lightning.skipping import epoch_batches, step_ranges
 
 __all__ = [
     "format_quarantine",
@@ -160,29 +160,16 @@ def skip(
             limit=limit,
         )
 
-    cut = []
+    todo = [requested for requested in steps if list(requested) not in history.skipped_steps]
+    start = Start(edit.step, edit.epoch, edit.consumed, step_samples)
     try:
-        for requested in sorted(steps):
-            if list(requested) in history.skipped_steps:
-                continue
-            ranges = step_ranges(
-                requested,
-                step=edit.step,
-                epoch=edit.epoch,
-                batch=edit.consumed // step_samples,
-                accumulate=accumulate,
-                batches=batches,
-                step_samples=step_samples,
-            )
-            for cut_epoch, start, stop in ranges:
-                stop = min(stop, sampler.epoch_size(cut_epoch))
-                if start < stop:
-                    sampler.skip_positions(cut_epoch, start, stop)
-                    history.note_skips(cut_epoch, sampler.skips[cut_epoch])
-                    cut.append({"epoch": cut_epoch, "start": start, "stop": stop})
-            history.skipped_steps.append(list(requested))
+        cuts = cut_steps(sampler, todo, start, accumulate, batches)
     except ValueError as error:
         raise CliError(f"{path}: {error}", hint="lrd inspect shows what the file holds.") from None
+    for cut_epoch in sorted(sampler.skips):
+        history.note_skips(cut_epoch, sampler.skips[cut_epoch])
+    history.skipped_steps.extend(list(requested) for requested in todo)
+    cut = [{"epoch": e, "start": lo, "stop": hi} for e, lo, hi in cuts]
     edit.write()
     return {
         "checkpoint": str(path),

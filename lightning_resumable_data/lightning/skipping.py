@@ -10,17 +10,21 @@ resume, on any world or batch size, keeps it. Lightning's batch count of an epoc
 restated to the epoch that remains.
 
 Example:
-    >>> check_skip_steps([(5, 8), range(20, 22)])
-    [(5, 8), (20, 22)]
-    >>> step_ranges((5, 8), step=2, epoch=0, batch=2, accumulate=1, batches=lambda e: 10)
-    [(0, 5, 8)]
+    >>> check_cuts([(5, 8)], [3, 1])
+    ([(5, 8)], [1, 3])
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
+
+from lightning_resumable_data.lightning._step_ranges import (
+    Start,
+    check_skip_steps,
+    cut_steps,
+    epoch_batches,
+)
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
@@ -28,37 +32,7 @@ if TYPE_CHECKING:
     from lightning_resumable_data.lightning.history import DataHistory
     from lightning_resumable_data.loader import StatefulDataLoader
 
-__all__ = [
-    "apply_cuts",
-    "apply_quarantine",
-    "apply_skips",
-    "check_cuts",
-    "check_skip_steps",
-    "epoch_batches",
-    "restate_epoch",
-    "step_ranges",
-]
-
-
-def check_skip_steps(value: Iterable[Any]) -> list[tuple[int, int]]:
-    """``skip_steps`` as sorted ``(start, stop)`` step ranges; a ``ValueError`` names a bad one."""
-    ranges = []
-    for item in value:
-        pair = (item.start, item.stop) if isinstance(item, range) else item
-        if (
-            not isinstance(pair, Sequence)
-            or len(pair) != 2
-            or not all(isinstance(v, int) and not isinstance(v, bool) for v in pair)
-            or not 0 <= pair[0] < pair[1]
-            or (isinstance(item, range) and item.step != 1)
-        ):
-            raise ValueError(
-                f"skip_steps: {item!r} is not a step range; give (start, stop) pairs of "
-                "optimizer steps with 0 <= start < stop (stop excluded), e.g. "
-                "skip_steps=[(41300, 41340)] or [range(41300, 41340)]."
-            )
-        ranges.append((int(pair[0]), int(pair[1])))
-    return sorted(ranges)
+__all__ = ["apply_cuts", "apply_quarantine", "apply_skips", "check_cuts", "restate_epoch"]
 
 
 def check_cuts(
@@ -84,68 +58,6 @@ def apply_cuts(
     """:func:`apply_skips`, then :func:`apply_quarantine`, at the fit's start."""
     apply_skips(trainer, loader, skip_steps, history)
     apply_quarantine(trainer, loader, quarantine, history)
-
-
-def epoch_batches(
-    size: int, *, world: int, batch_size: int, drop_last: bool, sampler_drop_last: bool,
-    limit: int | None,
-) -> int:  # fmt: skip
-    """Batches a trainer takes from an epoch of ``size`` positions (``limit``: in samples).
-
-    Example:
-        >>> epoch_batches(10, world=2, batch_size=2, drop_last=False, sampler_drop_last=False,
-        ...               limit=None)
-        3
-    """
-    per_rank = size // world if sampler_drop_last else -(-size // world)
-    batches = per_rank // batch_size if drop_last else -(-per_rank // batch_size)
-    if limit is not None:
-        batches = min(batches, math.ceil(limit / (world * batch_size)))
-    return batches
-
-
-def step_ranges(
-    steps: tuple[int, int],
-    *,
-    step: int,
-    epoch: int,
-    batch: int,
-    accumulate: int,
-    batches: Callable[[int], int],
-    step_samples: int = 1,
-) -> list[tuple[int, int, int]]:
-    """``(epoch, start, stop)``: the positions the optimizer steps ``[A, B)`` would read.
-
-    From a fit at optimizer ``step``, about to train batch ``batch`` of ``epoch``;
-    ``batches(e)`` is the batch count of epoch ``e`` (an epoch's last step may have fewer
-    than ``accumulate`` batches, as Lightning steps at an epoch's end). Positions are in
-    global samples (``step_samples`` a batch); a range ending at an epoch's last batch
-    ends at ``batches(e) * step_samples`` (the caller caps it at the epoch's size).
-
-    Raises:
-        ValueError: ``A`` is before ``step`` (those steps are trained already).
-    """
-    first, stop = steps
-    if first < step:
-        raise ValueError(
-            f"Cannot skip steps [{first}, {stop}): the fit starts at step {step}, so step "
-            f"{first} is trained already. Resume from a checkpoint written before step "
-            f"{first}, or skip from step {step} on."
-        )
-    found = []
-    while step < stop:
-        count = batches(epoch)
-        base = batch // accumulate  # steps of this epoch before the fit's batch
-        steps_left = -(-count // accumulate) - base
-        lo = max(batch, (first - step + base) * accumulate)
-        hi = min(count, (stop - step + base) * accumulate)
-        if lo < hi:
-            found.append((epoch, lo * step_samples, hi * step_samples))
-        step += max(steps_left, 0)
-        epoch, batch = epoch + 1, 0
-        if count == 0:
-            break  # an empty epoch: nothing further to walk
-    return found
 
 
 def _batches_of(loader: StatefulDataLoader, limit: bool = True) -> Callable[[int], int]:
@@ -186,27 +98,11 @@ def apply_skips(
         )
     state = loader.state_dict()
     epoch, consumed = int(state["epoch"]), int(state["consumed"])
-    step_samples = loader.samples_per_step
-    batches = _batches_of(loader)
-    for steps in todo:
-        where = {
-            "step": int(trainer.global_step),
-            "epoch": epoch,
-            "batch": consumed // step_samples,
-        }
-        ranges = step_ranges(
-            steps,
-            **where,
-            accumulate=int(trainer.accumulate_grad_batches),
-            batches=batches,
-            step_samples=step_samples,
-        )
-        for cut_epoch, start, stop in ranges:
-            stop = min(stop, sampler.epoch_size(cut_epoch))
-            if start < stop:
-                sampler.skip_positions(cut_epoch, start, stop)
-                history.note_skips(cut_epoch, sampler.skips[cut_epoch])
-        history.skipped_steps.append(list(steps))
+    where = Start(int(trainer.global_step), epoch, consumed, loader.samples_per_step)
+    cut_steps(sampler, todo, where, int(trainer.accumulate_grad_batches), _batches_of(loader))
+    for cut_epoch in sorted(sampler.skips):
+        history.note_skips(cut_epoch, sampler.skips[cut_epoch])
+    history.skipped_steps.extend(list(steps) for steps in todo)
     _restate(trainer, loader, epoch)
 
 

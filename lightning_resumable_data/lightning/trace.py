@@ -26,8 +26,8 @@ from numpy.typing import NDArray
 
 from lightning_resumable_data.index.partition import samples_per_rank
 from lightning_resumable_data.index.skips import skipped, to_base
+from lightning_resumable_data.lightning._step_ranges import epoch_batches, step_ranges
 from lightning_resumable_data.lightning.history import DataHistory, StepBatch
-from lightning_resumable_data.lightning.skipping import epoch_batches, step_ranges
 from lightning_resumable_data.samplers._cut_order import skipping
 from lightning_resumable_data.samplers._cuts import merge_ranges
 from lightning_resumable_data.samplers._rank_order import Order

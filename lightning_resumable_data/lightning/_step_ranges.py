@@ -1,0 +1,165 @@
+"""Steps as positions: which global positions optimizer steps read, and cutting them.
+
+Pure integer arithmetic over a sampler's epoch sizes (no Lightning): where the batches of
+optimizer steps ``[A, B)`` lie in the epochs' orders, from where a fit starts, with
+``accumulate_grad_batches`` and an epoch's short last step (Lightning steps the optimizer
+at an epoch's end), and the cut of those positions from a sampler's order. Used by the
+callback's ``skip_steps``, ``lrd skip`` and ``lrd trace`` of steps after a checkpoint.
+
+Example:
+    >>> check_skip_steps([(5, 8), range(20, 22)])
+    [(5, 8), (20, 22)]
+    >>> step_ranges((5, 8), step=2, epoch=0, batch=2, accumulate=1, batches=lambda e: 10)
+    [(0, 5, 8)]
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, NamedTuple
+
+__all__ = ["Start", "check_skip_steps", "cut_steps", "epoch_batches", "step_ranges"]
+
+
+def check_skip_steps(value: Iterable[Any]) -> list[tuple[int, int]]:
+    """``skip_steps`` as sorted ``(start, stop)`` step ranges; a ``ValueError`` names a bad one."""
+    ranges = []
+    for item in value:
+        pair = (item.start, item.stop) if isinstance(item, range) else item
+        if (
+            not isinstance(pair, Sequence)
+            or len(pair) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) for v in pair)
+            or not 0 <= pair[0] < pair[1]
+            or (isinstance(item, range) and item.step != 1)
+        ):
+            raise ValueError(
+                f"skip_steps: {item!r} is not a step range; give (start, stop) pairs of "
+                "optimizer steps with 0 <= start < stop (stop excluded), e.g. "
+                "skip_steps=[(41300, 41340)] or [range(41300, 41340)]."
+            )
+        ranges.append((int(pair[0]), int(pair[1])))
+    return sorted(ranges)
+
+
+def epoch_batches(
+    size: int, *, world: int, batch_size: int, drop_last: bool, sampler_drop_last: bool,
+    limit: int | None,
+) -> int:  # fmt: skip
+    """Batches a trainer takes from an epoch of ``size`` positions (``limit``: in samples).
+
+    Example:
+        >>> epoch_batches(10, world=2, batch_size=2, drop_last=False, sampler_drop_last=False,
+        ...               limit=None)
+        3
+    """
+    per_rank = size // world if sampler_drop_last else -(-size // world)
+    batches = per_rank // batch_size if drop_last else -(-per_rank // batch_size)
+    if limit is not None:
+        batches = min(batches, math.ceil(limit / (world * batch_size)))
+    return batches
+
+
+def step_ranges(
+    steps: tuple[int, int],
+    *,
+    step: int,
+    epoch: int,
+    batch: int,
+    accumulate: int,
+    batches: Callable[[int], int],
+    step_samples: int = 1,
+) -> list[tuple[int, int, int]]:
+    """``(epoch, start, stop)``: the positions the optimizer steps ``[A, B)`` would read.
+
+    From a fit at optimizer ``step``, about to train batch ``batch`` of ``epoch``;
+    ``batches(e)`` is the batch count of epoch ``e`` (an epoch's last step may have fewer
+    than ``accumulate`` batches, as Lightning steps at an epoch's end). Positions are in
+    global samples (``step_samples`` a batch); a range ending at an epoch's last batch
+    ends at ``batches(e) * step_samples`` (the caller caps it at the epoch's size).
+
+    Raises:
+        ValueError: ``A`` is before ``step`` (those steps are trained already).
+    """
+    first, stop = steps
+    if first < step:
+        raise ValueError(
+            f"Cannot skip steps [{first}, {stop}): the fit starts at step {step}, so step "
+            f"{first} is trained already. Resume from a checkpoint written before step "
+            f"{first}, or skip from step {step} on."
+        )
+    found = []
+    while step < stop:
+        count = batches(epoch)
+        base = batch // accumulate  # steps of this epoch before the fit's batch
+        steps_left = -(-count // accumulate) - base
+        lo = max(batch, (first - step + base) * accumulate)
+        hi = min(count, (stop - step + base) * accumulate)
+        if lo < hi:
+            found.append((epoch, lo * step_samples, hi * step_samples))
+        step += max(steps_left, 0)
+        epoch, batch = epoch + 1, 0
+        if count == 0:
+            break  # an empty epoch: nothing further to walk
+    return found
+
+
+class Start(NamedTuple):
+    """Where a fit starts: its optimizer step and the data position (global samples)."""
+
+    step: int
+    epoch: int
+    consumed: int
+    step_samples: int
+
+
+def cut_steps(
+    sampler: Any,
+    requests: Sequence[tuple[int, int]],
+    start: Start,
+    accumulate: int,
+    batches: Callable[[int], int],
+) -> list[tuple[int, int, int]]:
+    """Cut the data of the step ranges ``requests`` from ``sampler``'s order; return the cuts.
+
+    Every range is counted in the order as it stands (before any of these cuts: steps as
+    the run that would train them counts them), overlapping ranges are one; the cuts are
+    made from the last, so none moves another.
+
+    Raises:
+        ValueError: A step already trained, or a cut that would leave an epoch no batch
+            (Lightning ends a fit at an epoch without batches); nothing is cut then.
+    """
+    merged: list[tuple[int, int]] = []
+    for first, stop in sorted(requests):
+        if merged and first <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], stop))
+        else:
+            merged.append((first, stop))
+    cuts: list[tuple[int, int, int]] = []
+    for steps in merged:
+        for epoch, lo, hi in step_ranges(
+            steps,
+            step=start.step,
+            epoch=start.epoch,
+            batch=start.consumed // start.step_samples,
+            accumulate=accumulate,
+            batches=batches,
+            step_samples=start.step_samples,
+        ):
+            hi = min(hi, sampler.epoch_size(epoch))
+            if lo < hi:
+                cuts.append((epoch, lo, hi))
+    for epoch in sorted({e for e, _, _ in cuts}):
+        left = sampler.epoch_size(epoch) - sum(hi - lo for e, lo, hi in cuts if e == epoch)
+        if left <= (start.consumed if epoch == start.epoch else 0):
+            raise ValueError(
+                f"Cannot cut steps {', '.join(f'{a} to {b - 1}' for a, b in merged)}: that "
+                f"leaves epoch {epoch} no batch (from where the fit starts), and Lightning "
+                "ends a fit at an epoch without batches. Cut fewer steps (all but the "
+                "epoch's last), or start the fit from a checkpoint of the next epoch."
+            )
+    for epoch, lo, hi in sorted(cuts, reverse=True):
+        sampler.skip_positions(epoch, lo, hi)
+    return sorted(cuts)
