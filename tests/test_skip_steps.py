@@ -216,3 +216,22 @@ def test_overlapping_cuts_are_one_and_an_emptied_epoch_is_refused(tmp_path: Path
     _fit(tmp_path, [], max_steps=5, save=five)
     with pytest.raises(ValueError, match=r"leaves epoch 0 no batch \(from where the fit starts"):
         _fit(tmp_path, [ResumableDataCallback(skip_steps=[(5, 12)])], ckpt=five)  # its rest
+
+
+@pytest.mark.parametrize("limit", [6, 0.6])
+def test_under_limit_train_batches_a_cut_epoch_trains_the_limit_from_what_remains(
+    tmp_path: Path, limit: float
+) -> None:
+    whole, _ = _fit(tmp_path, [], max_epochs=2)  # the epochs' whole orders (10 steps each)
+    orders = [_samples({s: whole.ledger[s] for s in range(10 * e, 10 * e + 10)}) for e in (0, 1)]
+    model, _ = _fit(
+        tmp_path,
+        [ResumableDataCallback(skip_steps=[(3, 5)])],
+        max_epochs=2,
+        limit_train_batches=limit,
+    )
+    if isinstance(limit, float):  # Lightning takes int(0.6 x batches): 6 of the uncut 10,
+        first = orders[0][:12] + orders[0][20:][: 4 * int(0.6 * 8) - 12]  # 4 of the cut 8
+    else:
+        first = orders[0][:12] + orders[0][20:32]
+    assert _samples(model.ledger) == first + orders[1][:24]
