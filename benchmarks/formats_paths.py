@@ -170,9 +170,13 @@ def import_all(path: str) -> None:
     """Import what ``path`` uses (torch, the package, PIL's PNG plugin, the peer) untimed."""
     import torch.utils.data  # noqa: F401
 
-    import lightning_resumable_data.formats  # noqa: F401
+    import lightning_resumable_data as lrd
+    import lightning_resumable_data.formats
 
-    importlib.import_module("PIL.PngImagePlugin")
+    for name in ("DistributedShardedDataset", "ShardedDataLoader", "StatefulDataLoader"):
+        getattr(lrd, name)  # the package's exports are lazy: import them now, untimed
+    row = sample(0)
+    collate([{"image": row["png"], "caption": row["caption"], "label": 0}])  # PIL's, NumPy's
     module = PATHS[path][1]
     if module == "streaming":
         from peers_mosaic import import_streaming
