@@ -22,6 +22,7 @@ from _harness import REPO_ROOT, fmt_n, table_header, table_row
 from bench_mixture_peers import MIXTURE_PEERS, mixture_peers_table
 from bench_provenance import PROVENANCE, PROVENANCE_PAGE, provenance_table
 from documents_table import DOCUMENTS, DOCUMENTS_PAGE, document_table
+from formats_table import FORMATS_JSON, formats_table
 from remote_table import REMOTE, REMOTE_PAGE, remote_table
 from seeding_tables import (
     LIGHTNING,
@@ -281,6 +282,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         new = replace_block(new, "mixture-peers-table", peers)
     if SAMPLER.exists():
         new = replace_block(new, "sampler-table", sampler_table(json.loads(SAMPLER.read_text())))
+    if FORMATS_JSON.exists():
+        formats = formats_table(json.loads(FORMATS_JSON.read_text()))
+        new = replace_block(new, "formats-table", formats)
     pages = {PAGE: (text, new)}  # page: (as it is, as the JSON gives it)
     for page, name, path, table in (  # tables of benchmarks that report on their own page
         (REMOTE_PAGE, "remote", REMOTE, remote_table),
