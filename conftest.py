@@ -33,6 +33,7 @@ SLOW_PATHS = (
     "README.md",
     "docs/",
     "tests/faults/",
+    "tests/formats/",
     "tests/matrix/",
     "tests/test_benchmarks_run.py",
     "tests/torchdata_suite/",

@@ -11,6 +11,11 @@ mixtures and the elastic, exactly-once resume work over them unchanged:
 * :func:`open_webdataset`: WebDataset tar shards (samples grouped by key, a header-only
   index per shard kept beside it): :class:`WebDatasetShardReader` per shard.
 
+Each also takes a URL (``s3://``, ``gs://``, ``az://``, ``http(s)://``) and a ``cache``: the
+index is read once, each shard downloads into the node's
+:class:`~lightning_resumable_data.remote.ShardCache` when it is loaded, and the state pins
+each object's ETag (:mod:`~lightning_resumable_data.formats._remote`).
+
 Example::
 
     from lightning_resumable_data import DistributedShardedDataset, ResumableDataModule

@@ -27,7 +27,13 @@ from lightning_resumable_data.formats._litdata_leaves import (
     serializer_key,
 )
 
-__all__ = ["INDEX_FILE", "LitDataIndex", "read_litdata_index", "serializer_key"]
+__all__ = [
+    "INDEX_FILE",
+    "LitDataIndex",
+    "parse_litdata_index",
+    "read_litdata_index",
+    "serializer_key",
+]
 
 INDEX_FILE: Final = "index.json"
 ITEM_LOADERS: Final = ("PyTreeLoader", "TokensLoader")
@@ -71,9 +77,9 @@ class LitDataIndex:
         return self.compression is not None and self.compression_level == "chunk"
 
 
-def _bad(path: Path, problem: str) -> ValueError:
+def _bad(path: str, problem: str) -> ValueError:
     return ValueError(
-        f"{str(path)!r} is not a LitData index this reader can read: {problem}. Rewrite the "
+        f"{path!r} is not a LitData index this reader can read: {problem}. Rewrite the "
         "dataset with litdata.optimize(...)."
     )
 
@@ -100,53 +106,69 @@ def read_litdata_index(directory: str | os.PathLike[str]) -> LitDataIndex:
     """
     path = Path(directory) / INDEX_FILE
     try:
-        raw = json.loads(path.read_text())
+        text = path.read_text()
     except FileNotFoundError:
         raise FileNotFoundError(
             f"no {INDEX_FILE} in {str(Path(directory))!r}: not a LitData dataset directory. Pass "
-            "the output_dir of litdata.optimize(...) (a remote one must be downloaded first)."
+            "the output_dir of litdata.optimize(...), or its URL (s3://...)."
         ) from None
+    return parse_litdata_index(text, str(Path(directory)), str(path))
+
+
+def parse_litdata_index(text: str, directory: str, where: str) -> LitDataIndex:
+    """:func:`read_litdata_index` of the index text ``text``, from ``where`` (for errors).
+
+    ``directory`` is where the chunk files are (a folder or a URL).
+
+    Example:
+        >>> parse_litdata_index("{}", "s3://b/data", "s3://b/data/index.json")
+        Traceback (most recent call last):
+        ...
+        ValueError: 's3://b/data/index.json' is not a LitData index this reader can read: ...
+    """
+    try:
+        raw = json.loads(text)
     except json.JSONDecodeError as error:
-        raise _bad(path, f"not JSON ({error})") from None
+        raise _bad(where, f"not JSON ({error})") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("config"), dict):
-        raise _bad(path, "no 'config' object")
+        raise _bad(where, "no 'config' object")
     config: dict[str, Any] = raw["config"]
     encryption = config.get("encryption")
     if encryption:
         raise ValueError(
-            f"{str(path)!r} says its chunks are encrypted ({encryption!r}); LitDataChunkReader "
+            f"{where!r} says its chunks are encrypted ({encryption!r}); LitDataChunkReader "
             "does not decrypt. Read them with litdata's StreamingDataset(..., encryption=...), or "
             "write the dataset again without encryption=."
         )
     if config.get("format") == "mds":
-        raise _bad(path, "it indexes MosaicML MDS shards (config.format='mds'); read the MDS "
+        raise _bad(where, "it indexes MosaicML MDS shards (config.format='mds'); read the MDS "
                    "directory with the MDS reader instead")  # fmt: skip
     loader = config.get("item_loader", "PyTreeLoader")
     if loader not in ITEM_LOADERS:
         raise ValueError(
-            f"{str(path)!r} was written with item_loader={loader!r}; LitDataChunkReader reads "
+            f"{where!r} was written with item_loader={loader!r}; LitDataChunkReader reads "
             f"{' and '.join(ITEM_LOADERS)} chunks only."
         )
     data_format = config.get("data_format")
     if not isinstance(data_format, list) or not all(isinstance(n, str) for n in data_format):
-        raise _bad(path, f"config.data_format={data_format!r} is not a list of serializer names")
+        raise _bad(where, f"config.data_format={data_format!r} is not a list of serializer names")
     for number, name in enumerate(data_format):
         if serializer_key(name) not in SERIALIZERS:
             raise ValueError(
-                f"{str(path)!r}: leaf {number} of every item was written with LitData serializer "
+                f"{where!r}: leaf {number} of every item was written with LitData serializer "
                 f"{name!r}, which LitDataChunkReader cannot decode (it knows "
                 f"{', '.join(sorted(SERIALIZERS))}). Read this dataset with litdata itself."
             )
-    tree = _tree(path, config.get("data_spec"), len(data_format))
-    compression, level = _compression(path, config)
+    tree = _tree(where, config.get("data_spec"), len(data_format))
+    compression, level = _compression(where, config)
     if loader == "TokensLoader" and (
         len(data_format) != 1 or serializer_key(data_format[0]) not in _TOKEN_LEAVES
     ):  # fmt: skip
-        raise _bad(path, f"a TokensLoader index must have one no_header_numpy/tensor leaf, "
+        raise _bad(where, f"a TokensLoader index must have one no_header_numpy/tensor leaf, "
                    f"not {data_format}")  # fmt: skip
     chunks = raw.get("chunks")
     if not isinstance(chunks, list) or not chunks:
-        raise _bad(path, "its 'chunks' list is missing or empty")
+        raise _bad(where, "its 'chunks' list is missing or empty")
     files: list[str] = []
     items: list[int] = []
     sizes: list[int] = []
@@ -163,20 +185,20 @@ def read_litdata_index(directory: str | os.PathLike[str]) -> LitDataIndex:
             or size < 0
             or not (dim is None or (isinstance(dim, int) and dim >= 0))
         ):
-            raise _bad(path, f"chunk entry #{number} {entry!r} is malformed")
+            raise _bad(where, f"chunk entry #{number} {entry!r} is malformed")
         if loader == "TokensLoader" and dim is None:
-            raise _bad(path, f"TokensLoader chunk {entry['filename']!r} has no 'dim' (tokens)")
+            raise _bad(where, f"TokensLoader chunk {entry['filename']!r} has no 'dim' (tokens)")
         files.append(entry["filename"])
         items.append(count)
         sizes.append(size)
         dims.append(dim)
     return LitDataIndex(
-        str(Path(directory)), loader, tuple(data_format), tree, compression, level,
+        directory, loader, tuple(data_format), tree, compression, level,
         tuple(files), tuple(items), tuple(sizes), tuple(dims),
     )  # fmt: skip
 
 
-def _tree(path: Path, spec: Any, leaves: int) -> TreeNode | None:
+def _tree(path: str, spec: Any, leaves: int) -> TreeNode | None:
     if spec is None:
         if leaves != 1:
             raise _bad(path, f"no data_spec for {leaves} leaves")
@@ -191,14 +213,14 @@ def _tree(path: Path, spec: Any, leaves: int) -> TreeNode | None:
     return tree
 
 
-def _compression(path: Path, config: dict[str, Any]) -> tuple[str | None, str]:
+def _compression(path: str, config: dict[str, Any]) -> tuple[str | None, str]:
     compression = config.get("compression")
     level = config.get("compression_level") or "chunk"  # omitted on read: whole-file
     if compression is None:
         return None, "chunk"
     if not isinstance(compression, str) or not compression.startswith("zstd"):
         raise ValueError(
-            f"{str(path)!r} says compression={compression!r}; LitDataChunkReader reads zstd "
+            f"{path!r} says compression={compression!r}; LitDataChunkReader reads zstd "
             "(LitData's only codec) or uncompressed chunks."
         )
     if level not in _LEVELS:

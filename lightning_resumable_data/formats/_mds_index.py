@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TypeGuard
 
-__all__ = ["INDEX_FILE", "MDSShardInfo", "decompress", "read_mds_index"]
+__all__ = ["INDEX_FILE", "MDSShardInfo", "decompress", "parse_mds_index", "read_mds_index"]
 
 INDEX_FILE: Final = "index.json"
 # compression family: (module, how to call it, pip package), tried in order
@@ -144,28 +144,46 @@ def read_mds_index(path: str | os.PathLike[str]) -> tuple[Path, list[MDSShardInf
     path = Path(path)
     index = path / INDEX_FILE if path.is_dir() else path
     try:
-        raw = json.loads(index.read_text())
+        text = index.read_text()
     except FileNotFoundError:
         raise FileNotFoundError(
             f"no MDS index at {str(index)!r}. Pass an MDS dataset's directory (MDSWriter "
             f"writes its {INDEX_FILE} when it finishes) or the index file itself."
         ) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+    except UnicodeDecodeError as error:
         raise ValueError(f"{str(index)!r} is not an MDS index: not JSON ({error}).") from None
+    return index.parent, parse_mds_index(text, str(index))
+
+
+def parse_mds_index(text: str, where: str) -> list[MDSShardInfo]:
+    """The shards of the MDS ``index.json`` whose text is ``text`` (``where`` names it).
+
+    Raises:
+        ValueError: Not JSON, not version 2, no shards, or a malformed shard entry.
+
+    Example:
+        >>> parse_mds_index('{"version": 1}', "s3://bucket/mds/index.json")
+        Traceback (most recent call last):
+        ...
+        ValueError: 's3://bucket/mds/index.json' is not an MDS index of version 2 (version=1)...
+    """
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{where!r} is not an MDS index: not JSON ({error}).") from None
     if not isinstance(raw, dict) or raw.get("version") != 2:
         version = raw.get("version") if isinstance(raw, dict) else None
         raise ValueError(
-            f"{str(index)!r} is not an MDS index of version 2 (version={version!r}). "
+            f"{where!r} is not an MDS index of version 2 (version={version!r}). "
             "Rewrite it with mosaicml-streaming's MDSWriter."
         )
     shards = raw.get("shards")
     if not isinstance(shards, list) or not shards:
-        raise ValueError(f"{str(index)!r} lists no shards: an MDS dataset with no data.")
-    infos = [
-        MDSShardInfo.from_json(entry, f"shard #{number} of {str(index)!r}")
+        raise ValueError(f"{where!r} lists no shards: an MDS dataset with no data.")
+    return [
+        MDSShardInfo.from_json(entry, f"shard #{number} of {where!r}")
         for number, entry in enumerate(shards)
     ]
-    return index.parent, infos
 
 
 def decompress(compression: str, data: bytes, path: str) -> bytes:

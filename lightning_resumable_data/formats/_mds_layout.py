@@ -23,31 +23,39 @@ from lightning_resumable_data.formats._mds_index import decompress
 __all__ = ["check_size", "column_bounds", "read_shard"]
 
 
-def check_size(path: str, expected: int) -> None:
-    """``FileNotFoundError``/``ValueError`` unless the file ``path`` has ``expected`` bytes."""
+def check_size(path: str, expected: int, shown: str | None = None) -> None:
+    """``FileNotFoundError``/``ValueError`` unless the file ``path`` has ``expected`` bytes.
+
+    Errors name the file ``shown`` (its URL, for a cached copy), else ``path``.
+    """
+    shown = path if shown is None else shown
     try:
         size = os.stat(path).st_size
     except FileNotFoundError:
         raise FileNotFoundError(
-            f"MDS shard file {path!r} does not exist, but its index lists it. Restore it, or "
+            f"MDS shard file {shown!r} does not exist, but its index lists it. Restore it, or "
             "rewrite the dataset with MDSWriter."
         ) from None
     if size != expected:
         raise ValueError(
-            f"MDS shard file {path!r} has {size} bytes, but its index says {expected}: it was "
+            f"MDS shard file {shown!r} has {size} bytes, but its index says {expected}: it was "
             "truncated or rewritten after the index. Restore it or rewrite the dataset."
         )
 
 
 def read_shard(
-    path: str, compression: str | None, raw_bytes: int, preload: bool
+    path: str, compression: str | None, raw_bytes: int, preload: bool, shown: str | None = None
 ) -> NDArray[np.uint8]:
-    """The uncompressed bytes of the shard file ``path``: decompressed, read or mapped."""
+    """The uncompressed bytes of the shard file ``path``: decompressed, read or mapped.
+
+    Errors name the file ``shown`` (its URL, for a cached copy), else ``path``.
+    """
     if compression is not None:
-        raw = decompress(compression, Path(path).read_bytes(), path)
+        shown = path if shown is None else shown
+        raw = decompress(compression, Path(path).read_bytes(), shown)
         if len(raw) != raw_bytes:
             raise ValueError(
-                f"MDS shard file {path!r} decompresses to {len(raw)} bytes, but its index "
+                f"MDS shard file {shown!r} decompresses to {len(raw)} bytes, but its index "
                 f"says {raw_bytes}: the file is corrupt; restore it."
             )
         return np.frombuffer(raw, np.uint8)

@@ -23,7 +23,7 @@ import json
 import os
 import tempfile
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -34,6 +34,7 @@ __all__ = [
     "INDEX_FORMAT",
     "INDEX_SUFFIX",
     "INDEX_VERSION",
+    "FileStat",
     "Stamp",
     "TarIndex",
     "index_shard",
@@ -44,6 +45,15 @@ __all__ = [
 INDEX_FORMAT: Final = "lightning-resumable-data/webdataset-index"
 INDEX_VERSION: Final = 1
 INDEX_SUFFIX: Final = ".index.npz"
+
+
+class FileStat(Protocol):
+    """What a stamp compares: an ``os.stat_result``, or a store's object (``st_mtime_ns=0``)."""
+
+    @property
+    def st_size(self) -> int: ...
+    @property
+    def st_mtime_ns(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,11 +72,11 @@ class Stamp:
     mtime_ns: int
     end: int
 
-    def matches(self, stat: os.stat_result) -> bool:
+    def matches(self, stat: FileStat) -> bool:
         """Whether the file ``stat`` describes is still the one indexed (size and mtime)."""
         return stat.st_size == self.size and stat.st_mtime_ns == self.mtime_ns
 
-    def changed(self, path: str, stat: os.stat_result, what: str) -> ValueError:
+    def changed(self, path: str, stat: FileStat, what: str) -> ValueError:
         """The error for the shard at ``path``, indexed as this, now of ``stat``."""
         return ValueError(
             f"WebDataset shard {path!r} changed since it was indexed"
@@ -120,9 +130,13 @@ class TarIndex:
         }
 
 
-def build_index(path: str, stat: os.stat_result) -> TarIndex:
-    """Scan the headers of the tar at ``path`` (whose ``stat`` is given) into an index."""
-    members, end = scan_members(path)
+def build_index(path: str, stat: FileStat, shown: str | None = None) -> TarIndex:
+    """Scan the headers of the tar at ``path`` (whose ``stat`` is given) into an index.
+
+    Errors name the shard ``shown`` (its URL, for a cached copy), else ``path``.
+    """
+    members, end = scan_members(path, shown)
+    path = path if shown is None else shown
     names: dict[str, int] = {}
     keys: list[str] = []
     counts: list[int] = []
@@ -156,7 +170,7 @@ def _meta(archive: Any) -> dict[str, Any] | None:
     return meta if ok else None
 
 
-def read_stamp(sidecar: str, stat: os.stat_result) -> Stamp | None:
+def read_stamp(sidecar: str, stat: FileStat) -> Stamp | None:
     """The stamp saved at ``sidecar`` (only its ``meta`` is read) if it describes ``stat``."""
     try:
         with np.load(sidecar, allow_pickle=False) as archive:

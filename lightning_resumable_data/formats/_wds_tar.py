@@ -108,9 +108,7 @@ class _Scan:
     def where(self, name: str | None) -> str:
         """Which sample (index and key) the damage is in, or after, for an error message."""
         keys = [found[0] for member in self.members if (found := split_name(member.name))]
-        samples = sum(
-            1 for before, key in zip([None, *keys[:-1]], keys, strict=True) if key != before
-        )
+        samples = sum(1 for before, key in zip([None, *keys], keys, strict=False) if key != before)
         found = None if name is None else split_name(name)
         if found is not None:
             number = samples - 1 if keys and keys[-1] == found[0] else samples
@@ -146,11 +144,14 @@ def _check_sum(scan: _Scan, offset: int, header: bytes) -> None:
         )
 
 
-def scan_members(path: str | os.PathLike[str]) -> tuple[list[Member], int]:
+def scan_members(
+    path: str | os.PathLike[str], shown: str | None = None
+) -> tuple[list[Member], int]:
     """The regular members of the tar at ``path`` and the offset of its end-of-archive block.
 
     Only headers are read (and PAX/GNU long-name records, which are part of the next
-    header); every member's data is skipped with a seek.
+    header); every member's data is skipped with a seek. Errors name the shard ``shown``
+    (its URL, for a cached copy), else ``path``.
 
     Raises:
         ValueError: A compressed file, a bad header checksum, a member that runs past the
@@ -159,6 +160,7 @@ def scan_members(path: str | os.PathLike[str]) -> tuple[list[Member], int]:
     """
     location = os.fspath(path)
     with open(location, "rb", buffering=0) as file:
+        location = location if shown is None else shown
         scan = _Scan(location, file, os.fstat(file.fileno()).st_size)
         first = scan.read(0, 6)
         for magic, (compression, tool) in _COMPRESSED.items():

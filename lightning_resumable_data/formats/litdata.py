@@ -3,291 +3,87 @@
 :func:`open_litdata` returns one :class:`LitDataChunkReader` per chunk file of a LitData
 directory, so the sharded dataset, mixtures and the exact, elastic resume work over LitData
 data without a conversion or litdata itself. Layouts: :mod:`._litdata_chunks` and the others.
+``open_litdata("s3://bucket/optimized", cache=ShardCache(...))`` reads the same from object
+storage (:class:`RemoteLitDataChunkReader`, :mod:`~lightning_resumable_data.formats._remote`).
 """
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-import numpy as np
-from numpy.typing import NDArray
-
-from lightning_resumable_data.formats._litdata_chunks import Chunk, parse_chunk, zstd_decompress
 from lightning_resumable_data.formats._litdata_index import LitDataIndex, read_litdata_index
-from lightning_resumable_data.formats._litdata_leaves import decode_item, decoder
-from lightning_resumable_data.formats._litdata_tokens import TokenLayout
-from lightning_resumable_data.shards.protocol import check_index, check_range
+from lightning_resumable_data.formats._litdata_reader import LitDataChunkReader
+from lightning_resumable_data.formats._remote_litdata import (
+    RemoteLitDataChunkReader,
+    open_remote_litdata,
+)
+from lightning_resumable_data.remote.urls import is_url
 
-__all__ = ["LitDataChunkReader", "LitDataIndex", "open_litdata", "read_litdata_index"]
+if TYPE_CHECKING:
+    from lightning_resumable_data.remote.cache import ShardCache
 
-
-class LitDataChunkReader:
-    """One LitData chunk file as a shard reader: random access by item index within the chunk.
-
-    A ``PyTreeLoader`` chunk (the default) holds one item per sample ``fn`` returned, rebuilt
-    as written: a dict, tuple or list of leaves (``int``, ``float``, ``bool``, ``str``,
-    ``bytes``; NumPy arrays; torch tensors; ``json`` fields as lists/dicts; ``pickle`` leaves
-    unpickled), an Arrow-footer chunk's rows as dicts. Encoded media (``pil``, ``jpeg``,
-    ``image``, ``video``, ``audio``, ``file``, ...) stay the bytes LitData stored: decode them
-    yourself (no vision stack is imported). A ``TokensLoader`` chunk is read as LitData's
-    ``TokensLoader(block_size=...)`` reads it: item ``i`` is tokens
-    ``[i * block_size, (i + 1) * block_size)`` of the chunk's token stream (a NumPy array or
-    a tensor, as written), the chunk's last ``dim % block_size`` tokens unused.
-
-    The reader touches no file until it is read: :meth:`load` reads the chunk into memory
-    (inflating zstd), checking it against ``index.json`` (a missing file or a size that
-    disagrees is an error naming the file and the item being read).
-
-    Args:
-        index: The directory's index (from :func:`read_litdata_index`).
-        chunk: The chunk's position in the index.
-        block_size: Tokens per item of a ``TokensLoader`` index (required there, refused
-            elsewhere).
-
-    Example:
-        >>> import json, struct, tempfile
-        >>> directory = Path(tempfile.mkdtemp())
-        >>> items = [struct.pack("<I", 8) + struct.pack("<q", v) for v in (10, 20)]
-        >>> body = np.array([2, 16, 28, 40], "<u4").tobytes() + b"".join(items)
-        >>> _ = (directory / "chunk-0-0.bin").write_bytes(body)
-        >>> config = {"data_format": ["int"], "data_spec": None, "item_loader": "PyTreeLoader"}
-        >>> chunk = {"filename": "chunk-0-0.bin", "chunk_size": 2, "chunk_bytes": 40, "dim": None}
-        >>> index_json = json.dumps({"chunks": [chunk], "config": config})
-        >>> _ = (directory / "index.json").write_text(index_json)
-        >>> reader = LitDataChunkReader(read_litdata_index(directory), 0)
-        >>> len(reader), reader.read(1), reader.read_range(0, 2)
-        (2, 20, [10, 20])
-    """
-
-    def __init__(self, index: LitDataIndex, chunk: int, *, block_size: int | None = None) -> None:
-        if not 0 <= chunk < len(index.files):
-            raise IndexError(f"chunk={chunk} is out of range for {len(index.files)} chunks.")
-        tokens = index.item_loader == "TokensLoader"
-        if tokens and (
-            isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1
-        ):
-            raise ValueError(
-                f"{index.directory!r} was written with LitData's TokensLoader: pass the block "
-                f"size (tokens per item), as TokensLoader(block_size=...) takes it: "
-                f"open_litdata(directory, block_size=...) (got block_size={block_size!r})."
-            )
-        if not tokens and block_size is not None:
-            raise ValueError(
-                f"block_size={block_size} is for TokensLoader datasets; {index.directory!r} was "
-                f"written with {index.item_loader} (one item per sample): leave it out."
-            )
-        self.index, self.chunk, self.block_size = index, chunk, block_size
-        self.seq_len = block_size  # tokens per item (a batch of token rows is gathered at once)
-        dim = index.dims[chunk] or 0
-        self._length = dim // block_size if block_size else index.items[chunk]
-        self._size: int | None = None  # the file's size when first opened
-        self._chunk: Chunk | None = None
-        self._tokens: NDArray[Any] | None = None
-        self._layout = TokenLayout.of(index.data_format[0]) if tokens else None
-        self.loads = 0
-
-    @property
-    def name(self) -> str:
-        """The chunk's file name."""
-        return self.index.files[self.chunk]
-
-    @property
-    def path(self) -> Path:
-        """The chunk file."""
-        return Path(self.index.directory) / self.name
-
-    def __len__(self) -> int:
-        return self._length
-
-    @property
-    def opened(self) -> bool:
-        """Whether the file was looked at since construction (``check`` compares it then)."""
-        return self._size is not None
-
-    @property
-    def loaded(self) -> bool:
-        """Whether the chunk is in memory."""
-        return self._chunk is not None
-
-    @property
-    def dtype(self) -> np.dtype[Any] | None:
-        """The NumPy dtype of a ``TokensLoader`` chunk's tokens (``None`` otherwise)."""
-        return None if self._layout is None else self._layout.numpy_dtype
-
-    def _where(self, item: int | None) -> str:
-        return (
-            f"(reading item {item} of its {self._length})" if item is not None else "(loading it)"
-        )
-
-    def _file_size(self, item: int | None) -> int:
-        try:
-            return self.path.stat().st_size
-        except FileNotFoundError:
-            raise FileNotFoundError(
-                f"LitData chunk {str(self.path)!r} does not exist {self._where(item)}; its "
-                "index.json lists it. Restore the file, or write the dataset again."
-            ) from None
-
-    def _expect(self, size: int, what: str, item: int | None) -> None:
-        expected = self.index.chunk_bytes[self.chunk]
-        if size != expected:
-            raise ValueError(
-                f"LitData chunk {str(self.path)!r} {what} {size} bytes but its index.json says "
-                f"chunk_bytes={expected} {self._where(item)}: the file was truncated or "
-                "replaced, or index.json is stale. Restore it or write the dataset again."
-            )
-
-    def open(self) -> None:
-        """Check now that the file exists with the size ``index.json`` gives, without reading it."""
-        size = self._file_size(None)
-        if not self.index.whole_file_compressed:
-            self._expect(size, "holds", None)
-        self._size = size
-
-    def load(self) -> None:
-        """Read the chunk into memory, checked against ``index.json``. Idempotent."""
-        self._load(None)
-
-    def _load(self, item: int | None) -> Chunk:
-        chunk = self._chunk
-        if chunk is not None:
-            return chunk
-        size = self._file_size(item)
-        index = self.index
-        if not index.whole_file_compressed:
-            self._expect(size, "holds", item)
-        data = self.path.read_bytes()
-        self._size = size
-        if index.whole_file_compressed:
-            data = zstd_decompress(data)
-            self._expect(len(data), "inflates to", item)
-        try:
-            chunk = parse_chunk(
-                data, index.items[self.chunk], index.compression, index.compression_level
-            )
-        except ValueError as error:
-            raise ValueError(
-                f"LitData chunk {str(self.path)!r} is corrupt {self._where(item)}: {error}."
-            ) from None
-        if self._layout is not None and self.block_size is not None:
-            start, end = int(chunk.offsets[0]), int(chunk.offsets[-1])
-            dim = index.dims[self.chunk] or 0
-            try:
-                self._tokens = self._layout.blocks(chunk.data, start, end, dim, self.block_size)
-            except ValueError as error:
-                raise ValueError(
-                    f"LitData chunk {str(self.path)!r} is corrupt {self._where(item)}: {error}."
-                ) from None
-        self._decoders = [decoder(name) for name in index.data_format]
-        self._chunk = chunk
-        self.loads += 1
-        return chunk
-
-    def close(self) -> None:
-        """Drop the chunk from memory. Idempotent."""
-        self._chunk = self._tokens = None
-
-    def check(self) -> None:
-        """Raise ``FileNotFoundError``/``ValueError`` if the file vanished or changed size.
-
-        A reader not opened yet has nothing to compare: its first load checks it.
-        """
-        if self._size is None:
-            return
-        size = self._file_size(None)
-        if size != self._size:
-            raise ValueError(
-                f"LitData chunk {str(self.path)!r} now holds {size} bytes, it held {self._size} "
-                "when it was opened: it was rewritten or truncated."
-            )
-
-    def _rows(self, words: NDArray[Any]) -> Any:
-        assert self._layout is not None
-        return self._layout.rows(words)
-
-    def read(self, index: int) -> Any:
-        """Item ``index`` of the chunk, decoded (see the class docstring)."""
-        index = check_index(self.name, index, self._length)
-        chunk = self._load(index)
-        if self._tokens is not None:
-            return self._rows(self._tokens[index])
-        try:
-            return chunk.item(index, self._decode)
-        except ModuleNotFoundError:
-            raise
-        except Exception as error:
-            raise ValueError(
-                f"item {index} of LitData chunk {str(self.path)!r} cannot be decoded: {error}. "
-                "The chunk is corrupt: restore it or write the dataset again."
-            ) from error
-
-    def _decode(self, raw: bytes) -> Any:
-        return decode_item(raw, self.index.data_format, self._decoders, self.index.tree)
-
-    def read_range(self, start: int, stop: int) -> Any:
-        """Items ``start`` to ``stop`` (exclusive): a list, or one array/tensor of token rows."""
-        check_range(self.name, start, stop, self._length)
-        self._load(start if start < stop else None)
-        if self._tokens is not None:
-            return self._rows(self._tokens[start:stop])
-        return [self.read(i) for i in range(start, stop)]
-
-    def read_many(self, indices: NDArray[np.intp]) -> list[Any]:
-        """Items at ``indices`` (in range): token rows with one gather, else item by item."""
-        if self.block_size is None:
-            return [self.read(i) for i in indices.tolist()]
-        if not len(indices):
-            return []
-        self._load(int(indices[0]))
-        assert self._tokens is not None
-        return list(self._rows(self._tokens[indices]))
-
-    def gather_into(self, indices: NDArray[np.intp], out: NDArray[Any]) -> bool:
-        """Write token rows ``indices`` (``0 <= i < len``) into the rows of ``out``.
-
-        Returns False, writing nothing, for a chunk of items that are not token blocks.
-        """
-        if self.block_size is None or self.dtype is None:
-            return False
-        if not indices.size:
-            return True
-        for bound in (int(indices.min()), int(indices.max())):
-            check_index(self.name, bound, self._length)
-        self._load(int(indices[0]))
-        assert self._tokens is not None
-        out[:] = self._tokens[indices].view(out.dtype)
-        return True
-
-    def __getstate__(self) -> dict[str, Any]:
-        """Pickle without the loaded chunk: a worker process reads the file itself."""
-        state = {**self.__dict__, "_chunk": None, "_tokens": None}
-        state.pop("_decoders", None)
-        return state
+__all__ = [
+    "LitDataChunkReader",
+    "LitDataIndex",
+    "RemoteLitDataChunkReader",
+    "open_litdata",
+    "read_litdata_index",
+]
 
 
 def open_litdata(
-    directory: str | os.PathLike[str], *, block_size: int | None = None, verify: bool = False
+    directory: str | os.PathLike[str],
+    *,
+    block_size: int | None = None,
+    verify: bool = False,
+    cache: ShardCache | None = None,
 ) -> list[LitDataChunkReader]:
     """One :class:`LitDataChunkReader` per chunk of a ``litdata.optimize`` output directory.
 
     Args:
-        directory: The ``output_dir`` given to ``litdata.optimize`` (local).
+        directory: The ``output_dir`` given to ``litdata.optimize``: a local folder, or its
+            URL (``s3://``, ``gs://``, ``az://``, ``http(s)://``), read through ``cache``.
         block_size: Tokens per item for a dataset written with ``TokensLoader`` (what
             LitData's ``TokensLoader(block_size=...)`` takes); leave out otherwise.
         verify: Check now that every chunk file exists with the size ``index.json`` gives
-            (one ``stat`` each); by default each chunk is checked when it is first read.
+            (one ``stat`` each; at a URL the folder's listing checks them anyway); by
+            default each chunk is checked when it is first read.
+        cache: The node's :class:`~lightning_resumable_data.remote.ShardCache` for a URL
+            (``remote.default_cache()`` if ``None``); each chunk downloads into it when it
+            is loaded. Unused for a local folder.
 
     Raises:
-        FileNotFoundError: No ``index.json``, or (``verify``) a chunk file is missing.
+        FileNotFoundError: No ``index.json``, or (``verify``, always at a URL that lists) a
+            chunk file is missing.
         ValueError: An index this reader cannot read (see :func:`read_litdata_index`), a
             missing or needless ``block_size``, or (``verify``) a chunk of the wrong size.
+        RemoteReadError: At a URL, the store stayed unreachable through every retry.
 
     Example:
-        >>> readers = open_litdata(litdata_dir)  # doctest: +SKIP
-        >>> dataset = DistributedShardedDataset(readers, seed=0)  # doctest: +SKIP
+        >>> import json, struct, tempfile
+        >>> from pathlib import Path
+        >>> directory = Path(tempfile.mkdtemp())
+        >>> items = [struct.pack("<I", 8) + struct.pack("<q", v) for v in (10, 20)]
+        >>> header = struct.pack("<4I", 2, 16, 28, 40)  # items, then their offsets
+        >>> _ = (directory / "chunk-0-0.bin").write_bytes(header + b"".join(items))
+        >>> config = {"data_format": ["int"], "data_spec": None, "item_loader": "PyTreeLoader"}
+        >>> chunk = {"filename": "chunk-0-0.bin", "chunk_size": 2, "chunk_bytes": 40, "dim": None}
+        >>> index_json = json.dumps({"chunks": [chunk], "config": config})
+        >>> _ = (directory / "index.json").write_text(index_json)
+        >>> [reader.read_range(0, 2) for reader in open_litdata(directory)]
+        [[10, 20]]
+
+        The same at a URL (``file://`` stands for a bucket here), through a cache:
+
+        >>> from lightning_resumable_data.remote import ShardCache
+        >>> cache = ShardCache(tempfile.mkdtemp(), max_bytes=1 << 20)
+        >>> [reader.read(1) for reader in open_litdata(directory.as_uri(), cache=cache)]
+        [20]
     """
+    if is_url(directory):
+        url = os.fspath(directory)
+        return list(open_remote_litdata(url, cache=cache, block_size=block_size, verify=verify))
     index = read_litdata_index(directory)
     readers = [LitDataChunkReader(index, n, block_size=block_size) for n in range(len(index.files))]
     for reader in readers if verify else ():

@@ -7,256 +7,37 @@ so :class:`~lightning_resumable_data.DistributedShardedDataset` shuffles, resume
 world size over the shards as over token shards. A sample is a dict as WebDataset yields it:
 ``__key__``, ``__url__`` (the shard path) and the fields' bytes; ``decode=True`` decodes text,
 JSON, ints and ``.npy`` and leaves images and audio as bytes (:mod:`._wds_decode`).
+``open_webdataset("s3://bucket/shard-{000..099}.tar", cache=ShardCache(...))`` reads shards
+from object storage (:class:`RemoteWebDatasetShardReader`, its index kept in the cache).
 """
 
 from __future__ import annotations
 
 import functools
-import itertools
 import os
-import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING
 
-import numpy as np
-from numpy.typing import NDArray
-
-from lightning_resumable_data.formats._wds_decode import (
-    DEFAULT_DECODERS,
-    Decoders,
-    decode_fields,
+from lightning_resumable_data.formats._remote_wds import (
+    RemoteWebDatasetShardReader,
+    open_remote_webdataset,
 )
-from lightning_resumable_data.formats._wds_index import (
-    TarIndex,
-    index_shard,
-    load_index,
-    stat_shard,
-)
+from lightning_resumable_data.formats._wds_decode import DEFAULT_DECODERS, Decoders
 from lightning_resumable_data.formats._wds_paths import brace_expand, expand_shards
-from lightning_resumable_data.shards.protocol import check_index, check_range
+from lightning_resumable_data.formats._wds_reader import WebDatasetShardReader
+from lightning_resumable_data.remote.urls import is_url
 
-__all__ = ["DEFAULT_DECODERS", "WebDatasetShardReader", "brace_expand", "open_webdataset"]
+if TYPE_CHECKING:
+    from lightning_resumable_data.remote.cache import ShardCache
 
-Sample = dict[str, Any]
-
-
-class WebDatasetShardReader:
-    """One WebDataset ``.tar`` shard as a shard reader: samples by index, fields as bytes.
-
-    Opening reads the shard's index from its sidecar ``<shard>.index.npz``, or builds it by
-    scanning the tar headers (member data is skipped) and saves it there; an index whose
-    recorded size or mtime differs from the shard's is stale and rebuilt. If the shard's
-    folder is not writable the index stays in memory (``index_file`` is then ``None``).
-    ``len`` comes from the index; :meth:`load` opens the file (and with ``preload`` reads
-    it into memory in one sequential read, what the dataset's background prefetch pays for).
-
-    Args:
-        path: The ``.tar`` shard (uncompressed: random access needs it).
-        decode: ``False`` (bytes), ``True`` (:data:`DEFAULT_DECODERS`), or a mapping from
-            extension to a picklable ``bytes -> value`` function.
-        preload: ``load()`` reads the whole shard into memory; else each sample is one
-            positioned read from the file.
-        save_index: Write the sidecar index (``False``: keep it in memory only).
-
-    Raises:
-        FileNotFoundError: The shard does not exist.
-        ValueError: The tar is compressed or corrupt (a bad header checksum, a member cut
-            short, no end-of-archive block, a field twice in a sample), naming the sample.
-
-    Example:
-        >>> import io, tarfile, tempfile
-        >>> path = tempfile.mkdtemp() + "/shard.tar"
-        >>> with tarfile.open(path, "w") as tar:
-        ...     for name in ["a.txt", "a.jpg", "b.txt", "b.jpg"]:
-        ...         info = tarfile.TarInfo(name)
-        ...         info.size = 2
-        ...         tar.addfile(info, io.BytesIO(name[:2].encode()))
-        >>> reader = WebDatasetShardReader(path)
-        >>> len(reader), reader.read(1)["txt"], sorted(reader.read(1))
-        (2, b'b.', ['__key__', '__url__', 'jpg', 'txt'])
-        >>> reader.index_file == path + ".index.npz"
-        True
-    """
-
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        decode: bool | Decoders = False,
-        preload: bool = True,
-        save_index: bool = True,
-    ) -> None:
-        self._location = os.fspath(path)
-        if decode is True:
-            decode = DEFAULT_DECODERS
-        elif decode is not False and not isinstance(decode, Mapping):
-            raise TypeError(
-                f"decode={decode!r} must be True, False or a mapping from field extension to "
-                "a function of the field's bytes (e.g. {**DEFAULT_DECODERS, 'jpg': my_decoder})."
-            )
-        self._decoders: Decoders | None = dict(decode) if decode else None
-        self.preload = bool(preload)
-        self._stamp, built, self.index_file = index_shard(self._location, save=save_index)
-        # arrays resident only while loaded (10^4 shards: GBs), unless no sidecar holds them
-        self._pinned = built if self.index_file is None else None
-        self._index: TarIndex | None = self._pinned
-        self._data: bytes | None = None
-        self._fd: int | None = None
-        self._lock = threading.Lock()
-        self.loads = 0  # how many times load() really loaded (for tests and stats)
-
-    @property
-    def path(self) -> str:
-        """The shard file, as given."""
-        return self._location
-
-    @property
-    def name(self) -> str:
-        """The file name (without the folder)."""
-        return os.path.basename(self._location)
-
-    @property
-    def index(self) -> TarIndex:
-        """Where every field of every sample lies (read from the sidecar until ``close()``)."""
-        index = self._index
-        if index is None:
-            index = self._index = load_index(self._location, self._stamp, self.index_file)
-        return index
-
-    def key(self, index: int) -> str:
-        """The ``__key__`` of sample ``index``, from the index (no sample is read)."""
-        return str(self.index.keys[check_index(self.name, index, len(self))])
-
-    def __len__(self) -> int:
-        return self._stamp.samples
-
-    @property
-    def loaded(self) -> bool:
-        """Whether the file is open (and with ``preload``, in memory)."""
-        return self._data is not None or self._fd is not None
-
-    def load(self) -> None:
-        """Open the shard (with ``preload``, read it into memory), checking it is unchanged.
-
-        Raises:
-            ValueError: Its size or mtime is not the index's (it was rewritten or cut).
-        """
-        self._open("")
-
-    def _open(self, what: str) -> None:
-        with self._lock:
-            if self.loaded:
-                return
-            with open(self._location, "rb") as file:
-                stat, stamp = os.fstat(file.fileno()), self._stamp
-                if not stamp.matches(stat):
-                    raise stamp.changed(self._location, stat, what)
-                self.index  # noqa: B018 (resident with the data)
-                if not self.preload:
-                    self._fd = os.dup(file.fileno())
-                elif len(data := file.read(stamp.end)) == stamp.end:
-                    self._data = data
-                else:  # cut short since the stat
-                    raise stamp.changed(self._location, os.fstat(file.fileno()), what)
-            self.loads += 1
-
-    def close(self) -> None:
-        """Release the memory or the open file. Idempotent."""
-        with self._lock:
-            fd, self._fd, self._data, self._index = self._fd, None, None, self._pinned
-        if fd is not None:
-            os.close(fd)
-
-    def check(self) -> None:
-        """Raise ``FileNotFoundError``/``ValueError`` if the shard vanished or changed."""
-        stat = stat_shard(self._location, self._stamp)
-        if not self._stamp.matches(stat):
-            raise self._stamp.changed(self._location, stat, "")
-
-    def _span(self, start: int, stop: int, what: str) -> tuple[bytes | memoryview, int]:
-        """The bytes of samples ``start:stop`` (in range, non-empty) and their file offset."""
-        index = self.index
-        first, last = int(index.starts[start]), int(index.starts[stop]) - 1
-        low = int(index.offsets[first])
-        high = int(index.offsets[last] + index.sizes[last])
-        if not self.loaded:
-            self._open(what)
-        data = self._data
-        if data is not None:
-            return memoryview(data)[low:high], low
-        fd = self._fd
-        if fd is None:  # closed by another thread meanwhile: read on a fresh descriptor
-            self._open(what)
-            return self._span(start, stop, what)
-        chunk = os.pread(fd, high - low, low)
-        if len(chunk) != high - low:
-            raise ValueError(
-                f"WebDataset shard {self._location!r} is cut short: {what} needs "
-                f"bytes [{low}, {high}) but the file now ends at {os.fstat(fd).st_size}. It "
-                "changed since it was indexed; restore it or reopen it."
-            )
-        return chunk, low
-
-    def _what(self, start: int, stop: int) -> str:
-        what = f"sample {start}" if stop - start == 1 else f"samples {start} to {stop - 1}"
-        return f"{what} (key {str(self.index.keys[start])!r}{'...' * (stop - start > 1)})"
-
-    def _build(self, start: int, stop: int) -> list[Sample]:
-        """Samples ``start:stop`` (in range) from one read of their bytes."""
-        if start == stop:
-            return []
-        data, low = self._span(start, stop, self._what(start, stop))
-        index = self.index
-        keys = index.keys[start:stop].tolist()
-        bounds = index.starts[start : stop + 1].tolist()
-        first, end = bounds[0], bounds[-1]
-        offsets = (index.offsets[first:end] - low).tolist()
-        sizes = index.sizes[first:end].tolist()
-        fields = [index.names[f] for f in index.fields[first:end].tolist()]
-        samples = []
-        for number, (begin, finish) in enumerate(itertools.pairwise(bounds)):
-            sample: Sample = {"__key__": keys[number], "__url__": self.path}
-            for member in range(begin - first, finish - first):
-                at = offsets[member]
-                sample[fields[member]] = bytes(data[at : at + sizes[member]])
-            if self._decoders is not None:
-                where = f"shard {self._location!r}, sample {start + number}"
-                decode_fields(sample, self._decoders, where)
-            samples.append(sample)
-        return samples
-
-    def read(self, index: int) -> Sample:
-        """Sample ``index``: ``{"__key__", "__url__", field: bytes or decoded value, ...}``."""
-        index = check_index(self.name, index, len(self))
-        return self._build(index, index + 1)[0]
-
-    def read_range(self, start: int, stop: int) -> list[Sample]:
-        """Samples ``start`` to ``stop`` (exclusive), from one read of their bytes."""
-        check_range(self.name, start, stop, len(self))
-        return self._build(start, stop)
-
-    def read_many(self, indices: NDArray[np.intp]) -> list[Sample]:
-        """Samples at ``indices`` (in range), in that order: one read per run of neighbours."""
-        wanted = np.asarray(indices, dtype=np.int64)
-        if wanted.size and (wanted.min() < 0 or wanted.max() >= len(self)):
-            check_index(self.name, int(wanted[(wanted < 0) | (wanted >= len(self))][0]), len(self))
-        cuts = (np.flatnonzero(np.diff(wanted) != 1) + 1).tolist()
-        out: list[Sample] = []
-        for begin, end in zip([0, *cuts], [*cuts, wanted.size], strict=True):
-            if end > begin:
-                out += self._build(int(wanted[begin]), int(wanted[end - 1]) + 1)
-        return out
-
-    def __getstate__(self) -> dict[str, Any]:
-        """Pickle the index, not the open file or the loaded bytes (workers load their own)."""
-        return {**self.__dict__, "_data": None, "_fd": None, "_lock": None, "_index": self._pinned}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state, _lock=threading.Lock())
-
-    def __repr__(self) -> str:
-        return f"WebDatasetShardReader({self._location!r}, samples={len(self)})"
+__all__ = [
+    "DEFAULT_DECODERS",
+    "RemoteWebDatasetShardReader",
+    "WebDatasetShardReader",
+    "brace_expand",
+    "open_webdataset",
+]
 
 
 def open_webdataset(
@@ -265,6 +46,7 @@ def open_webdataset(
     decode: bool | Decoders = False,
     preload: bool = True,
     save_index: bool = True,
+    cache: ShardCache | None = None,
 ) -> list[WebDatasetShardReader]:
     """One :class:`WebDatasetShardReader` per shard that ``source`` names, in order.
 
@@ -274,9 +56,18 @@ def open_webdataset(
     The other arguments are the reader's. Shards without a valid sidecar are indexed on up
     to 8 threads (about 10 us per tar header, so ~1 s per 40,000 members, once).
 
+    URLs (``s3://``, ``gs://``, ``az://``, ``http(s)://``) are taken the same way (a glob in
+    the file name only), read through ``cache`` (the node's
+    :class:`~lightning_resumable_data.remote.ShardCache`; ``remote.default_cache()`` if
+    ``None``, unused for local paths): the first open downloads each shard once to index
+    it and keeps the index in the cache directory, never in the bucket; a shard downloads
+    into the cache when it is loaded.
+
     Raises:
         FileNotFoundError: A shard, glob or folder named matches no file.
-        ValueError: Nothing is named, or a shard is corrupt (see the reader).
+        ValueError: Nothing is named, local paths and URLs are mixed, or a shard is corrupt
+            (see the reader).
+        RemoteReadError: At a URL, the store stayed unreachable through every retry.
 
     Example:
         >>> import io, tarfile, tempfile
@@ -291,6 +82,23 @@ def open_webdataset(
         >>> [len(r) for r in readers], readers[1].read(2)["cls"]
         ([3, 3], 2)
     """
+    if isinstance(source, os.PathLike):
+        parts: list[str] = []  # a local path
+    elif isinstance(source, str):
+        parts = source.split("::")
+    else:
+        parts = [os.fspath(path) for path in source]
+    urls = [is_url(part) for part in parts]
+    if any(urls) and not all(urls):
+        raise ValueError(
+            f"{source!r} mixes local paths and URLs; open each kind with its own "
+            "open_webdataset(...) call and concatenate the lists of readers."
+        )
+    if any(urls):
+        remote = open_remote_webdataset(
+            parts, cache=cache, decode=decode, preload=preload, save_index=save_index
+        )
+        return list(remote)
     paths = expand_shards(source)
     open_one = functools.partial(
         WebDatasetShardReader, decode=decode, preload=preload, save_index=save_index

@@ -123,6 +123,19 @@ class ShardCache:
         """
         return self._client.read_bytes(url, start, stop)
 
+    def check_unchanged(self, remote: RemoteObject) -> None:
+        """Raise ``ValueError`` if the object of ``remote`` now has another size or identity.
+
+        One request (a stat), retried: what a reader's ``check()`` asks before a resume.
+        """
+        now = self.stat(remote.url)
+        if (now.size, now.identity) != (remote.size, remote.identity):
+            raise ValueError(
+                f"{redact(remote.url)!r} now has {now.size} bytes ({now.identity}); it had "
+                f"{remote.size} bytes ({remote.identity}) when it was opened: it was rewritten "
+                "or truncated."
+            )
+
     def _download(self, remote: RemoteObject, temporary: Path) -> None:
         """Write ``remote`` into ``temporary`` range by range, then verify it.
 

@@ -9,6 +9,10 @@ the access pattern. :class:`Prefetcher` keeps at most ``prefetch_workers`` downl
 A prefetch that fails is forgotten: the reader's own fetch of that shard retries it and
 raises the error where it belongs, in the read.
 
+A reader of a remote shard calls :func:`follow_readers` when the sharded dataset enters its
+shard: every reader of the list with a ``remote`` object in the same cache (token shards,
+MDS, LitData and WebDataset shards alike) is planned in the epoch order.
+
 Example:
     >>> list(upcoming_shards(4, seed=0, shuffle=False, epoch=0, shard=2))  # into epoch 1
     [3, 0, 1]
@@ -19,16 +23,17 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lightning_resumable_data.index.sharding import shard_order
+from lightning_resumable_data.remote.objects import RemoteObject, RemoteRange
 
 if TYPE_CHECKING:
-    from lightning_resumable_data.remote.cache import RemoteObject, RemoteRange, ShardCache
+    from lightning_resumable_data.remote.cache import ShardCache
 
-__all__ = ["Prefetcher", "upcoming_shards"]
+__all__ = ["Prefetcher", "follow_readers", "upcoming_shards"]
 
 
 def upcoming_shards(
@@ -45,6 +50,28 @@ def upcoming_shards(
     if len(following) < num_shards - 1:
         following += shard_order(num_shards, seed, epoch + 1, shuffle).tolist()
     yield from following[: num_shards - 1]
+
+
+def follow_readers(
+    cache: ShardCache,
+    remote: RemoteObject,
+    order: tuple[int, int, int, bool],
+    readers: Sequence[Any],
+) -> None:
+    """Hand ``cache`` the shard ``remote`` being read, then the remote shards read after it.
+
+    ``order`` is ``(epoch, shard, seed, shuffle)`` of the read that enters ``readers[shard]``
+    (what ``follow_order`` receives from the sharded dataset). A reader is planned if it has
+    a ``remote`` object in this same ``cache``; the others (local files) are skipped.
+    """
+    epoch, shard, seed, shuffle = order
+    ahead = [remote]
+    for number in upcoming_shards(len(readers), seed, shuffle, epoch, shard):
+        reader = readers[number]
+        other = getattr(reader, "remote", None)
+        if isinstance(other, RemoteObject) and getattr(reader, "cache", None) is cache:
+            ahead.append(other)
+    cache.follow(ahead)
 
 
 class Prefetcher:

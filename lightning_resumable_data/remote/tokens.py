@@ -33,7 +33,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from lightning_resumable_data.remote.cache import RemoteObject, ShardCache
-from lightning_resumable_data.remote.prefetch import upcoming_shards
+from lightning_resumable_data.remote.prefetch import follow_readers
 from lightning_resumable_data.remote.urls import join_url, redact, url_name
 from lightning_resumable_data.shards._urls import register_url_token_shards
 from lightning_resumable_data.shards.token_index import INDEX_FILE, read_token_index
@@ -119,15 +119,8 @@ class RemoteTokenShardReader(TokenShardReader):
 
         A reader not opened yet was listed when it was built: its first load checks it.
         """
-        if not self.opened:
-            return
-        now = self.cache.stat(self.remote.url)
-        if (now.size, now.identity) != (self.remote.size, self.remote.identity):
-            raise ValueError(
-                f"{redact(self.remote.url)!r} now has {now.size} bytes ({now.identity}); it "
-                f"had {self.remote.size} bytes ({self.remote.identity}) when it was opened: "
-                "it was rewritten or truncated."
-            )
+        if self.opened:
+            self.cache.check_unchanged(self.remote)
 
     def follow_order(
         self, epoch: int, shard: int, seed: int, shuffle: bool, readers: list[Any]
@@ -136,12 +129,7 @@ class RemoteTokenShardReader(TokenShardReader):
 
         Hands the cache this shard and the remote shards read after it, in order.
         """
-        ahead = [self.remote]
-        for number in upcoming_shards(len(readers), seed, shuffle, epoch, shard):
-            reader = readers[number]
-            if isinstance(reader, RemoteTokenShardReader) and reader.cache is self.cache:
-                ahead.append(reader.remote)
-        self.cache.follow(ahead)
+        follow_readers(self.cache, self.remote, (epoch, shard, seed, shuffle), readers)
 
     def __repr__(self) -> str:
         return (
