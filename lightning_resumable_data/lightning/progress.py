@@ -187,6 +187,11 @@ def align_progress(trainer: pl.Trainer, epoch: int, consumed: int, step_samples:
             _shift(batches, int(limit) - upcoming)
             if loop.restarted_on_train_batch_end and fit.restarted_mid_epoch:
                 _end_epoch_at_last_batch(fit)
+            elif loop.restarted_on_last and fit.restarted_mid_epoch:
+                # saved at the validation of the epoch's last batch (val_check_interval):
+                # Lightning would fetch a batch past the epoch's end; it starts the next one
+                _end_epoch_at_last_batch(fit)
+                _restart_epoch(loop)
         return 0
     if consumed > 0 and lightning_epoch > epoch:
         _restart_mid_epoch(trainer, epoch, target)
