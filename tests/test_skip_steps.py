@@ -230,8 +230,17 @@ def test_under_limit_train_batches_a_cut_epoch_trains_the_limit_from_what_remain
         max_epochs=2,
         limit_train_batches=limit,
     )
-    if isinstance(limit, float):  # Lightning takes int(0.6 x batches): 6 of the uncut 10,
-        first = orders[0][:12] + orders[0][20:][: 4 * int(0.6 * 8) - 12]  # 4 of the cut 8
-    else:
-        first = orders[0][:12] + orders[0][20:32]
-    assert _samples(model.ledger) == first + orders[1][:24]
+    # an int or a fraction alike: the limit's 6 batches of the whole epoch, from what remains
+    assert _samples(model.ledger) == orders[0][:12] + orders[0][20:32] + orders[1][:24]
+
+
+def test_a_cut_after_a_resume_between_two_batches_of_the_new_layout(tmp_path: Path) -> None:
+    """Resumed at sample 20 with batch 8, step 6 reads 28..35: that is what a cut removes."""
+    five = tmp_path / "five.ckpt"
+    _fit(tmp_path, [], max_steps=5, save=five)  # batch 4: sample 20 of epoch 0
+    plain, _ = _fit(tmp_path, [], batch_size=8, ckpt=five)
+    cut, reads = _fit(
+        tmp_path, [ResumableDataCallback(skip_steps=[(6, 7)])], batch_size=8, ckpt=five
+    )
+    assert _samples(cut.ledger) == _samples({s: b for s, b in plain.ledger.items() if s != 6})
+    assert not set(plain.ledger[6][0]) & set(reads.reads[: len(plain.ledger[5][0]) + 4])

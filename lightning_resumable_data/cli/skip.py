@@ -150,7 +150,7 @@ def skip(
     limit = (int(last[7]) or None) if last else None
     step_samples = edit.world * edit.batch_size
 
-    def batches(e: int) -> int:
+    def batches(e: int, at: int) -> int:
         return epoch_batches(
             sampler.epoch_size(e),
             world=edit.world,
@@ -158,6 +158,7 @@ def skip(
             drop_last=bool(edit.config.get("drop_last", False)),
             sampler_drop_last=sampler.drop_last,
             limit=limit,
+            consumed=at,
         )
 
     todo = [requested for requested in steps if list(requested) not in history.skipped_steps]

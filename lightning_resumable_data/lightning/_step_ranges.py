@@ -9,7 +9,7 @@ callback's ``skip_steps``, ``lrd skip`` and ``lrd trace`` of steps after a check
 Example:
     >>> check_skip_steps([(5, 8), range(20, 22)])
     [(5, 8), (20, 22)]
-    >>> step_ranges((5, 8), step=2, epoch=0, batch=2, accumulate=1, batches=lambda e: 10)
+    >>> step_ranges((5, 8), step=2, epoch=0, consumed=2, accumulate=1, batches=lambda e, c: 10 - c)
     [(0, 5, 8)]
 """
 
@@ -45,19 +45,22 @@ def check_skip_steps(value: Iterable[Any]) -> list[tuple[int, int]]:
 
 def epoch_batches(
     size: int, *, world: int, batch_size: int, drop_last: bool, sampler_drop_last: bool,
-    limit: int | None,
+    limit: int | None, consumed: int = 0,
 ) -> int:  # fmt: skip
-    """Batches a trainer takes from an epoch of ``size`` positions (``limit``: in samples).
+    """Batches a trainer takes from an epoch of ``size`` positions after ``consumed``.
+
+    ``limit`` is where the trainer ends the epoch, in samples (``limit_train_batches``).
 
     Example:
         >>> epoch_batches(10, world=2, batch_size=2, drop_last=False, sampler_drop_last=False,
         ...               limit=None)
         3
     """
-    per_rank = size // world if sampler_drop_last else -(-size // world)
+    left = max(size - consumed, 0)
+    per_rank = left // world if sampler_drop_last else -(-left // world)
     batches = per_rank // batch_size if drop_last else -(-per_rank // batch_size)
     if limit is not None:
-        batches = min(batches, math.ceil(limit / (world * batch_size)))
+        batches = min(batches, max(0, math.ceil((limit - consumed) / (world * batch_size))))
     return batches
 
 
@@ -66,18 +69,20 @@ def step_ranges(
     *,
     step: int,
     epoch: int,
-    batch: int,
+    consumed: int,
     accumulate: int,
-    batches: Callable[[int], int],
+    batches: Callable[[int, int], int],
     step_samples: int = 1,
 ) -> list[tuple[int, int, int]]:
     """``(epoch, start, stop)``: the positions the optimizer steps ``[A, B)`` would read.
 
-    From a fit at optimizer ``step``, about to train batch ``batch`` of ``epoch``;
-    ``batches(e)`` is the batch count of epoch ``e`` (an epoch's last step may have fewer
-    than ``accumulate`` batches, as Lightning steps at an epoch's end). Positions are in
-    global samples (``step_samples`` a batch); a range ending at an epoch's last batch
-    ends at ``batches(e) * step_samples`` (the caller caps it at the epoch's size).
+    From a fit at optimizer ``step``, ``consumed`` global samples into ``epoch``: its
+    batches read from there, ``step_samples`` each (a resume under another layout may
+    start between two batches of this one), and Lightning counts ``consumed //
+    step_samples`` of them done. ``batches(e, c)`` is the number of batches left in epoch
+    ``e`` after ``c`` samples (an epoch's last step may have fewer than ``accumulate``
+    batches, as Lightning steps at an epoch's end). A range ending at an epoch's last
+    batch may pass the epoch's size (the caller caps it).
 
     Raises:
         ValueError: ``A`` is before ``step`` (those steps are trained already).
@@ -90,16 +95,17 @@ def step_ranges(
             f"{first}, or skip from step {step} on."
         )
     found = []
+    batch, offset = divmod(consumed, step_samples)  # Lightning's count, and the misalignment
     while step < stop:
-        count = batches(epoch)
+        count = batch + batches(epoch, consumed)  # the epoch's batches, as Lightning counts
         base = batch // accumulate  # steps of this epoch before the fit's batch
         steps_left = -(-count // accumulate) - base
         lo = max(batch, (first - step + base) * accumulate)
         hi = min(count, (stop - step + base) * accumulate)
         if lo < hi:
-            found.append((epoch, lo * step_samples, hi * step_samples))
+            found.append((epoch, lo * step_samples + offset, hi * step_samples + offset))
         step += max(steps_left, 0)
-        epoch, batch = epoch + 1, 0
+        epoch, batch, offset, consumed = epoch + 1, 0, 0, 0
         if count == 0:
             break  # an empty epoch: nothing further to walk
     return found
@@ -119,7 +125,7 @@ def cut_steps(
     requests: Sequence[tuple[int, int]],
     start: Start,
     accumulate: int,
-    batches: Callable[[int], int],
+    batches: Callable[[int, int], int],
 ) -> list[tuple[int, int, int]]:
     """Cut the data of the step ranges ``requests`` from ``sampler``'s order; return the cuts.
 
@@ -143,7 +149,7 @@ def cut_steps(
             steps,
             step=start.step,
             epoch=start.epoch,
-            batch=start.consumed // start.step_samples,
+            consumed=start.consumed,
             accumulate=accumulate,
             batches=batches,
             step_samples=start.step_samples,

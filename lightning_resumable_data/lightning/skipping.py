@@ -60,17 +60,27 @@ def apply_cuts(
     apply_quarantine(trainer, loader, quarantine, history)
 
 
-def _batches_of(loader: StatefulDataLoader, limit: bool = True) -> Callable[[int], int]:
-    """Epoch -> batches the loader's layout takes from it (with the trainer's limit)."""
+def _batches_of(
+    loader: StatefulDataLoader, limit: bool = True, cut: bool = True
+) -> Callable[[int, int], int]:
+    """(epoch, consumed) -> batches the loader's layout takes from there (with the limit).
+
+    ``cut=False``: of the whole epoch, as if nothing were cut from it.
+    """
     sampler: Any = loader.position_sampler
-    return lambda epoch: epoch_batches(
-        sampler.epoch_size(epoch),
-        world=sampler.num_replicas,
-        batch_size=int(loader.batch_size or 1),
-        drop_last=loader.drop_last,
-        sampler_drop_last=sampler.drop_last,
-        limit=loader.epoch_limit if limit else None,
-    )
+
+    def batches(epoch: int, consumed: int) -> int:
+        return epoch_batches(
+            sampler.epoch_size(epoch) if cut else sampler.epoch_length,
+            world=sampler.num_replicas,
+            batch_size=int(loader.batch_size or 1),
+            drop_last=loader.drop_last,
+            sampler_drop_last=sampler.drop_last,
+            limit=loader.epoch_limit if limit else None,
+            consumed=consumed,
+        )
+
+    return batches
 
 
 def apply_skips(
@@ -141,8 +151,10 @@ def _restate(trainer: pl.Trainer, loader: StatefulDataLoader, epoch: int) -> Non
     """Lightning's batch count of ``epoch``, restated to the epoch that remains after skips.
 
     Lightning measures an epoch's length once per fit; an epoch with a cut is shorter, the
-    ones after it are whole again. The sampler moves to ``epoch`` now (it would at the
-    epoch's first read), so the loader's ``len`` is that epoch's too.
+    ones after it are whole again. Under ``limit_train_batches`` (an int or a fraction) the
+    epoch takes the limit's batches of the whole epoch, from the order that remains. The
+    sampler moves to ``epoch`` now (it would at the epoch's first read), so the loader's
+    ``len`` is that epoch's too.
     """
     from lightning.pytorch.trainer.connectors.data_connector import _parse_num_batches
     from lightning.pytorch.trainer.states import RunningStage
@@ -150,8 +162,10 @@ def _restate(trainer: pl.Trainer, loader: StatefulDataLoader, epoch: int) -> Non
     sampler: Any = loader.position_sampler
     if sampler.epoch != epoch:
         sampler.lock_epoch(epoch)
-    whole = _batches_of(loader, limit=False)(epoch)
-    count = _parse_num_batches(RunningStage.TRAINING, whole, trainer.limit_train_batches)
+    whole = _batches_of(loader, limit=False)(epoch, 0)
+    uncut = _batches_of(loader, limit=False, cut=False)(epoch, 0)
+    limit = _parse_num_batches(RunningStage.TRAINING, uncut, trainer.limit_train_batches)
+    count = min(whole, int(limit))
     fit: Any = trainer.fit_loop
     combined = getattr(fit, "_combined_loader", None)
     if combined is None or len(combined.flattened) != 1:

@@ -153,7 +153,7 @@ def _planned(
     epoch, consumed = position
     width = world * batch_size
 
-    def batches(e: int) -> int:
+    def batches(e: int, at: int) -> int:
         return epoch_batches(
             _epoch_order(sampler, history, e)[1],
             world=world,
@@ -161,13 +161,14 @@ def _planned(
             drop_last=drop_last,
             sampler_drop_last=sampler.drop_last,
             limit=limit or None,
+            consumed=at,
         )
 
     ranges = step_ranges(
         (step, step + 1),
         step=history.steps_done,
         epoch=epoch,
-        batch=consumed // width,
+        consumed=consumed,
         accumulate=accumulate,
         batches=batches,
         step_samples=width,
