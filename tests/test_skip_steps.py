@@ -244,3 +244,26 @@ def test_a_cut_after_a_resume_between_two_batches_of_the_new_layout(tmp_path: Pa
     )
     assert _samples(cut.ledger) == _samples({s: b for s, b in plain.ledger.items() if s != 6})
     assert not set(plain.ledger[6][0]) & set(reads.reads[: len(plain.ledger[5][0]) + 4])
+
+
+def test_a_second_cut_in_the_same_epoch_reports_positions_of_the_whole_order(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    five = tmp_path / "five.ckpt"
+    _fit(tmp_path, [], max_steps=5, save=five)
+    first, second = tmp_path / "one.ckpt", tmp_path / "two.ckpt"
+    assert main(["skip", str(five), "--steps", "6:7", "-o", str(first)]) == 0
+    capsys.readouterr()
+    assert main(["skip", str(first), "--steps", "7:8", "-o", str(second)]) == 0
+    # step 7 of the run that made `first` reads what step 8 of the run without it did
+    assert "steps 7 cut: epoch 0, positions 32 to 35 (4 samples)" in capsys.readouterr().out
+    assert main(["skip", str(first), "--steps", "6:8", "-o", str(second)]) == 2
+    assert "overlaps the cut of steps (6, 7) this run made before" in capsys.readouterr().err
+    assert main(["skip", str(five), "--steps", "6:7", "-o", str(tmp_path / "no" / "x.ckpt")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_a_cut_past_the_last_epoch_is_accepted(tmp_path: Path) -> None:
+    baseline, _ = _fit(tmp_path, [], max_epochs=2)
+    model, _ = _fit(tmp_path, [ResumableDataCallback(skip_steps=[(15, 100)])], max_epochs=2)
+    assert _samples(model.ledger) == _samples({s: b for s, b in baseline.ledger.items() if s < 15})

@@ -77,7 +77,7 @@ def _history_text(report: Mapping[str, Any]) -> str:
     if skipped:
         cut = history.get("skipped_samples", {})
         epochs = ", ".join(f"{n} samples of epoch {e}" for e, n in cut.items())
-        steps = ", ".join(f"{a} to {b - 1}" for a, b in skipped)
+        steps = ", ".join(f"{a}" if b == a + 1 else f"{a} to {b - 1}" for a, b in skipped)
         text += f"; the data of steps {steps} is cut ({epochs}), never read"
     quarantined = history.get("quarantined") or []
     if quarantined:

@@ -21,7 +21,12 @@ from typing import Any
 from lightning_resumable_data.cli._dryrun import build_sampler, sharded_sampler
 from lightning_resumable_data.cli._errors import CliError
 from lightning_resumable_data.cli._reading import find_data_state, load_checkpoint, loader_states
-from lightning_resumable_data.lightning._step_ranges import Start, cut_steps, epoch_batches
+from lightning_resumable_data.lightning._step_ranges import (
+    Start,
+    check_new_cuts,
+    cut_steps,
+    epoch_batches,
+)
 from lightning_resumable_data.lightning.history import DataHistory
 
 __all__ = [
@@ -60,6 +65,10 @@ class _Edit:
     ) -> None:
         if out.resolve() == path.resolve():
             raise CliError("-o must name a new file", hint="keep the original checkpoint")
+        if not out.parent.is_dir():
+            raise CliError(
+                f"-o {out}: the folder {out.parent} does not exist", hint="create it first"
+            )
         self.path, self.out = path, out
         self.checkpoint = load_checkpoint(path, unsafe_unpickle=unsafe_unpickle)
         found = find_data_state(self.checkpoint, str(path))
@@ -164,6 +173,7 @@ def skip(
     todo = [requested for requested in steps if list(requested) not in history.skipped_steps]
     start = Start(edit.step, edit.epoch, edit.consumed, step_samples)
     try:
+        check_new_cuts(todo, history.skipped_steps)
         cuts = cut_steps(sampler, todo, start, accumulate, batches)
     except ValueError as error:
         raise CliError(f"{path}: {error}", hint="lrd inspect shows what the file holds.") from None
@@ -219,6 +229,10 @@ def quarantine(
     }
 
 
+def _steps(first: int, stop: int) -> str:
+    return f"{first}" if stop == first + 1 else f"{first} to {stop - 1}"
+
+
 def format_quarantine(done: dict[str, Any]) -> str:
     """``lrd quarantine``'s report as text.
 
@@ -259,7 +273,7 @@ def format_skip(done: dict[str, Any]) -> str:
         f"{layout['batch_size']}, accumulating "
         f"{layout['accumulate']}) with the data of",
         "  steps "
-        + ", ".join(f"{a} to {b - 1}" for a, b in done["steps"])
+        + ", ".join(_steps(a, b) for a, b in done["steps"])
         + " cut: "
         + "; ".join(
             f"epoch {c['epoch']}, positions {c['start']} to {c['stop'] - 1} "

@@ -19,7 +19,18 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
-__all__ = ["Start", "check_skip_steps", "cut_steps", "epoch_batches", "step_ranges"]
+import numpy as np
+
+from lightning_resumable_data.index.skips import to_base
+
+__all__ = [
+    "Start",
+    "check_new_cuts",
+    "check_skip_steps",
+    "cut_steps",
+    "epoch_batches",
+    "step_ranges",
+]
 
 
 def check_skip_steps(value: Iterable[Any]) -> list[tuple[int, int]]:
@@ -111,6 +122,27 @@ def step_ranges(
     return found
 
 
+def check_new_cuts(todo: Sequence[tuple[int, int]], done: Sequence[Sequence[int]]) -> None:
+    """Refuse a new step range that overlaps one cut before without being it.
+
+    A recorded cut was counted in the steps of the run that made it; the run counts on
+    after it, so an edited range (say widened by two steps) cannot be told from a new one.
+
+    Raises:
+        ValueError: With both ranges and what to pass instead.
+    """
+    for first, stop in todo:
+        for a, b in done:
+            if first < b and a < stop:
+                raise ValueError(
+                    f"skip_steps ({first}, {stop}) overlaps the cut of steps ({a}, {b}) "
+                    "this run made before, but is not it: steps after a cut are counted as "
+                    "the run counts them now, so an edited range is ambiguous. Keep the "
+                    f"recorded range ({a}, {b}) as it is, and add the further steps as a "
+                    "range of their own, counted as the trainer counts steps now."
+                )
+
+
 class Start(NamedTuple):
     """Where a fit starts: its optimizer step and the data position (global samples)."""
 
@@ -126,12 +158,16 @@ def cut_steps(
     start: Start,
     accumulate: int,
     batches: Callable[[int, int], int],
+    epochs: int | None = None,
 ) -> list[tuple[int, int, int]]:
     """Cut the data of the step ranges ``requests`` from ``sampler``'s order; return the cuts.
 
-    Every range is counted in the order as it stands (before any of these cuts: steps as
-    the run that would train them counts them), overlapping ranges are one; the cuts are
-    made from the last, so none moves another.
+    The cuts are returned as ``(epoch, first, stop)`` positions of the epochs' whole orders
+    (a cut may span one made before). Every range is counted in the order as it stands
+    (before any of these cuts: steps as the run that would train them counts them),
+    overlapping ranges are one; the cuts are made from the last, so none moves another.
+    ``epochs``: the trainer's ``max_epochs``, if any (an epoch it never reaches may be
+    left empty).
 
     Raises:
         ValueError: A step already trained, or a cut that would leave an epoch no batch
@@ -157,7 +193,7 @@ def cut_steps(
             hi = min(hi, sampler.epoch_size(epoch))
             if lo < hi:
                 cuts.append((epoch, lo, hi))
-    for epoch in sorted({e for e, _, _ in cuts}):
+    for epoch in sorted({e for e, _, _ in cuts if epochs is None or e < epochs}):
         left = sampler.epoch_size(epoch) - sum(hi - lo for e, lo, hi in cuts if e == epoch)
         if left <= (start.consumed if epoch == start.epoch else 0):
             raise ValueError(
@@ -166,6 +202,10 @@ def cut_steps(
                 "ends a fit at an epoch without batches. Cut fewer steps (all but the "
                 "epoch's last), or start the fit from a checkpoint of the next epoch."
             )
+    whole = []  # the cuts as positions of the epochs' whole orders, for the record
+    for epoch, lo, hi in sorted(cuts):
+        first_last = to_base(np.array([lo, hi - 1], dtype=np.int64), sampler.cuts(epoch))
+        whole.append((epoch, int(first_last[0]), int(first_last[1]) + 1))
     for epoch, lo, hi in sorted(cuts, reverse=True):
         sampler.skip_positions(epoch, lo, hi)
-    return sorted(cuts)
+    return whole

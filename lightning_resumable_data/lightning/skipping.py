@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from lightning_resumable_data.lightning._step_ranges import (
     Start,
+    check_new_cuts,
     check_skip_steps,
     cut_steps,
     epoch_batches,
@@ -98,6 +99,7 @@ def apply_skips(
         ValueError: A step before the fit's start, or a loader whose sampler cannot skip.
     """
     todo = [steps for steps in requested if list(steps) not in history.skipped_steps]
+    check_new_cuts(todo, history.skipped_steps)
     sampler: Any = loader.position_sampler
     if not todo:
         return
@@ -109,7 +111,11 @@ def apply_skips(
     state = loader.state_dict()
     epoch, consumed = int(state["epoch"]), int(state["consumed"])
     where = Start(int(trainer.global_step), epoch, consumed, loader.samples_per_step)
-    cut_steps(sampler, todo, where, int(trainer.accumulate_grad_batches), _batches_of(loader))
+    epochs = (
+        trainer.max_epochs if trainer.max_epochs is not None and trainer.max_epochs >= 0 else None
+    )
+    accumulate = int(trainer.accumulate_grad_batches)
+    cut_steps(sampler, todo, where, accumulate, _batches_of(loader), epochs)
     for cut_epoch in sorted(sampler.skips):
         history.note_skips(cut_epoch, sampler.skips[cut_epoch])
     history.skipped_steps.extend(list(steps) for steps in todo)
