@@ -135,3 +135,8 @@ def test_lrd_follows_a_sharded_run_with_its_shards(
     cut = {s: b for s, b in whole.ledger.items() if s >= 5 and s not in (9, 10, 11)}
     assert [x for b in rest.ledger.values() for x in b] == [x for s in sorted(cut) for x in cut[s]]
     assert main(["inspect", str(five)]) == 0, capsys.readouterr().err
+    assert "not dry-run: the run reads a DistributedShardedDataset" in " ".join(
+        capsys.readouterr().out.split()
+    )
+    assert main(["trace", str(five), "--step", "2", "--shards", str(tmp_path)]) == 2
+    assert "not a folder of token shards" in capsys.readouterr().err

@@ -138,8 +138,15 @@ def sharded_sampler(
     """
     from lightning_resumable_data.shards import DistributedShardedDataset, open_token_shards
 
+    try:
+        readers = open_token_shards(shards)
+    except (OSError, ValueError) as error:
+        raise ValueError(
+            f"--shards {shards}: not a folder of token shards ({error}); lrd rebuilds the "
+            "order of token shards only (the peers' formats: the Python API)"
+        ) from None
     dataset = DistributedShardedDataset(
-        open_token_shards(shards),
+        readers,
         seed=int(fingerprint.get("seed", 0)),
         shuffle_shards=bool(fingerprint.get("shuffle_shards", True)),
         shuffle_samples=bool(fingerprint.get("shuffle_samples", True)),

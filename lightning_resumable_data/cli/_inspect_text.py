@@ -142,6 +142,8 @@ def _format_resume(report: Mapping[str, Any]) -> list[str]:
     layout = f"world size {world} x batch size {batch}"
     if resume["mode"] == "exact":
         layout += " (the saved layout)"
+    if resume["ok"] is None:  # not dry-run (a sharded run): say why
+        return _para("resume", f"under {layout}: {resume['note']}.")
     if not resume["ok"]:
         lines = _para("resume", f"under {layout}: REFUSED.") + _para("", resume["error"])
         if resume.get("hint"):

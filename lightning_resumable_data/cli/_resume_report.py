@@ -78,6 +78,14 @@ def resume_report(
         return report
     sampler_state = state["sampler"]
     kind = sampler_state["kind"]
+    if kind == "ShardedSampler":  # its order needs the shards' sizes, which lrd has not
+        return report | {
+            "ok": None,
+            "error": None,
+            "note": "not dry-run: the run reads a DistributedShardedDataset, whose order lrd "
+            "rebuilds only from its shards (lrd trace --shards DIR, for token shards); its "
+            "position is global, so a resume on any world or batch size goes on from it",
+        }
     run: DryRun
     if found.module is not None:
         spec = _spec(found.module, state)

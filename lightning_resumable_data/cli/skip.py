@@ -91,8 +91,9 @@ class _Edit:
         if saved["kind"] == "ShardedSampler":
             if shards is None:
                 raise CliError(
-                    f"{path} was trained over token shards: their order needs their sizes",
-                    hint="pass --shards DIR, the folder of the run's token shards.",
+                    f"{path} was trained over a DistributedShardedDataset: its order needs "
+                    "the shards' sizes",
+                    hint="pass --shards DIR for token shards (their index.json).",
                 )
             self.sampler = sharded_sampler(saved["fingerprint"], self.world, shards)[0]
         else:

@@ -76,8 +76,10 @@ def _load(path: Path, unsafe_unpickle: bool, shards: Path | None = None) -> Load
         if kind == "ShardedSampler":
             if shards is None:
                 raise CliError(
-                    f"{path} was trained over token shards: their order needs the shards' sizes",
-                    hint="pass --shards DIR, the folder of the run's token shards (index.json).",
+                    f"{path} was trained over a DistributedShardedDataset: its order needs "
+                    "the shards' sizes",
+                    hint="pass --shards DIR for token shards (their index.json); for the "
+                    "peers' formats use the Python API (trace_step with dataset.sampler()).",
                 )
             sampler, dataset = sharded_sampler(sampler_state["fingerprint"], world, shards)
         else:
@@ -97,7 +99,10 @@ def _located(shards: Path, length: int) -> Any:
     """The token shards of ``shards`` as a sharded dataset of ``length`` samples."""
     from lightning_resumable_data.shards import DistributedShardedDataset, open_token_shards
 
-    dataset = DistributedShardedDataset(open_token_shards(shards))
+    try:
+        dataset = DistributedShardedDataset(open_token_shards(shards))
+    except (OSError, ValueError) as error:
+        raise ValueError(f"--shards {shards}: not a folder of token shards ({error})") from None
     if len(dataset) != length:
         raise ValueError(
             f"the token shards in {shards} hold {len(dataset)} samples; the run's dataset "

@@ -257,9 +257,12 @@ class LitDataChunkReader:
     def gather_into(self, indices: NDArray[np.intp], out: NDArray[Any]) -> bool:
         """Write token rows ``indices`` (``0 <= i < len``) into the rows of ``out``.
 
-        Returns False, writing nothing, for a chunk of items that are not token blocks.
+        Returns False, writing nothing, for a chunk of items that are not token blocks, or
+        of blocks written as tensors (their batch is read item by item, as tensors).
         """
-        if self.block_size is None or self.dtype is None:
+        if self.block_size is None or self.dtype is None or self._layout is None:
+            return False
+        if self._layout.tensor:  # written as tensors: the batch's rows must be tensors too
             return False
         if not indices.size:
             return True

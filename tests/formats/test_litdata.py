@@ -394,3 +394,12 @@ def test_an_arrow_footer_chunk_reads_its_rows(tmp_path: Path) -> None:
     entry = {"filename": "chunk-0-0.bin", "chunk_size": 3, "chunk_bytes": len(chunk), "dim": None}
     (tmp_path / "index.json").write_text(json.dumps({"chunks": [entry], "config": config}))
     assert every_item(open_litdata(tmp_path)) == rows
+
+
+def test_token_blocks_written_as_tensors_reach_a_collate_as_tensors(corpora: Path) -> None:
+    """A batch read through the dataset (what DataLoader workers call) keeps their type."""
+    readers = open_litdata(corpora / "tokens", block_size=BLOCK_SIZE)
+    dataset = DistributedShardedDataset(readers, seed=0)
+    rows = dataset.__getitems__([0, 1, 2])
+    assert all(isinstance(row, torch.Tensor) for row in rows), [type(r) for r in rows]
+    assert torch.equal(torch.stack(rows)[1], dataset[1])
