@@ -281,9 +281,9 @@ def test_a_chunk_of_the_wrong_size_names_the_file_and_the_item(copy_of: Any, nam
     path = sorted(directory.glob("chunk-0-1*"))[0]
     if name == "zstd_chunk":  # a whole-file zstd chunk: its inflated size is checked
         data = _litdata_chunks.zstd_decompress(path.read_bytes())
-        import zstd  # type: ignore[import-not-found, import-untyped, unused-ignore]
+        zstandard = pytest.importorskip("zstandard")  # the formats extra's codec
 
-        path.write_bytes(zstd.compress(data[:-5]))
+        path.write_bytes(zstandard.ZstdCompressor().compress(data[:-5]))
     else:
         path.write_bytes(path.read_bytes()[:-5])
     what = "inflates to" if name == "zstd_chunk" else "holds"

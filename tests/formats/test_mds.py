@@ -42,7 +42,7 @@ CODECS = {
     "plain": None,
     "gz": None,
     "bz2": None,
-    "zstd": "zstd",
+    "zstd": "zstandard",  # or zstd; the formats extra installs zstandard
     "br": "brotli",
     "snappy": "snappy",
 }
