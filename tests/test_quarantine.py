@@ -8,13 +8,11 @@ batch size, and the quarantined samples are never read again.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from pathlib import Path
 from typing import Any, Literal
 
-import lightning.pytorch as pl
 import pytest
-import torch
+from cut_helpers import N, fit_counted, samples_of
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,7 +21,6 @@ from lightning_resumable_data import (
     MixtureDataset,
     MixtureSampler,
     ResumableDataCallback,
-    ResumableDataModule,
     ShardedSampler,
 )
 from lightning_resumable_data.cli import main
@@ -119,75 +116,15 @@ def test_bad_quarantines_are_refused() -> None:
         ResumableDataCallback(quarantine=[-1])
 
 
-N = 40
-
-
-class Counted(torch.utils.data.Dataset[int]):
-    def __init__(self) -> None:
-        self.reads: list[int] = []
-
-    def __len__(self) -> int:
-        return N
-
-    def __getitem__(self, index: int) -> int:
-        self.reads.append(int(index))
-        return int(index)
-
-
-class Recorder(pl.LightningModule):
-    def __init__(self) -> None:
-        super().__init__()
-        self.layer = torch.nn.Linear(1, 1)
-        self.ledger: dict[int, list[list[int]]] = defaultdict(list)
-
-    def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
-        self.ledger[self.trainer.global_step].append(batch.tolist())
-        loss: torch.Tensor = self.layer(batch.float().view(-1, 1)).sum() * 0.0
-        return loss
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=0.0)
-
-
-def _fit(
-    root: Path,
-    callbacks: list[pl.Callback],
-    batch_size: int = 4,
-    ckpt: Path | None = None,
-    save: Path | None = None,
-    **trainer: Any,
-) -> tuple[Recorder, Counted]:
-    dataset, model = Counted(), Recorder()
-    fit = pl.Trainer(
-        accelerator="cpu",
-        devices=1,
-        default_root_dir=root,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=callbacks,
-        **{"max_epochs": 3, **trainer},
-    )
-    fit.fit(model, datamodule=ResumableDataModule(dataset, batch_size=batch_size), ckpt_path=ckpt)
-    if save is not None:
-        fit.save_checkpoint(save)
-    return model, dataset
-
-
-def _samples(ledger: dict[int, list[list[int]]]) -> list[int]:
-    return [i for step in sorted(ledger) for batch in ledger[step] for i in batch]
-
-
 BAD = [3, 17, 29]
 
 
 def test_the_callback_quarantines_from_the_first_step(tmp_path: Path) -> None:
-    baseline, _ = _fit(tmp_path, [])
-    model, dataset = _fit(tmp_path, [ResumableDataCallback(quarantine=BAD)])
-    assert _samples(model.ledger) == [i for i in _samples(baseline.ledger) if i not in BAD]
+    baseline, _ = fit_counted(tmp_path, [])
+    model, dataset = fit_counted(tmp_path, [ResumableDataCallback(quarantine=BAD)])
+    assert samples_of(model.ledger) == [i for i in samples_of(baseline.ledger) if i not in BAD]
     assert not set(dataset.reads) & set(BAD)
-    per_epoch = [sorted(_samples(model.ledger)[e * 37 : (e + 1) * 37]) for e in range(3)]
+    per_epoch = [sorted(samples_of(model.ledger)[e * 37 : (e + 1) * 37]) for e in range(3)]
     assert all(epoch == [i for i in range(N) if i not in BAD] for epoch in per_epoch)
 
 
@@ -195,28 +132,28 @@ def test_the_callback_quarantines_from_the_first_step(tmp_path: Path) -> None:
 def test_lrd_quarantine_and_the_callback_agree_after_a_resume(
     tmp_path: Path, resume_batch: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    baseline, _ = _fit(tmp_path / "base", [])
+    baseline, _ = fit_counted(tmp_path / "base", [])
     five = tmp_path / "five.ckpt"
-    head, _ = _fit(tmp_path / "a", [], max_steps=5, save=five)
-    by_callback, reads = _fit(
+    head, _ = fit_counted(tmp_path / "a", [], max_steps=5, save=five)
+    by_callback, reads = fit_counted(
         tmp_path / "b", [ResumableDataCallback(quarantine=BAD)], batch_size=resume_batch, ckpt=five
     )
     edited = tmp_path / "q.ckpt"
     assert main(["quarantine", str(five), "--samples", "3,17,29", "-o", str(edited)]) == 0
     assert "with samples 3, 17, 29 left out of every later draw" in capsys.readouterr().out
-    by_copy, _ = _fit(tmp_path / "c", [], batch_size=resume_batch, ckpt=edited)
-    assert _samples(by_copy.ledger) == _samples(by_callback.ledger)
-    before = _samples(head.ledger)
-    assert before == _samples(baseline.ledger)[:20]
-    expected = [i for i in _samples(baseline.ledger)[20:] if i not in BAD]
-    assert _samples(by_callback.ledger) == expected
+    by_copy, _ = fit_counted(tmp_path / "c", [], batch_size=resume_batch, ckpt=edited)
+    assert samples_of(by_copy.ledger) == samples_of(by_callback.ledger)
+    before = samples_of(head.ledger)
+    assert before == samples_of(baseline.ledger)[:20]
+    expected = [i for i in samples_of(baseline.ledger)[20:] if i not in BAD]
+    assert samples_of(by_callback.ledger) == expected
     assert not set(reads.reads) & set(BAD)  # never read again
     last = tmp_path / "last.ckpt"  # a further resume keeps it, and trace follows it
-    more, _ = _fit(
+    more, _ = fit_counted(
         tmp_path / "d", [], batch_size=resume_batch, ckpt=edited, max_steps=12, save=last
     )
-    rest, _ = _fit(tmp_path / "e", [], batch_size=resume_batch, ckpt=last)
-    assert _samples(more.ledger) + _samples(rest.ledger) == expected
+    rest, _ = fit_counted(tmp_path / "e", [], batch_size=resume_batch, ckpt=last)
+    assert samples_of(more.ledger) + samples_of(rest.ledger) == expected
     for step, batches in more.ledger.items():
         traced = [b["ranks"][0]["indices"] for b in trace(last, step)["batches"]]
         assert traced == batches, step

@@ -9,90 +9,26 @@ batches; ``lrd trace`` names the skip run's steps.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from pathlib import Path
-from typing import Any
 
-import lightning.pytorch as pl
 import pytest
-import torch
+from cut_helpers import fit_counted, samples_of
 
-from lightning_resumable_data import ResumableDataCallback, ResumableDataModule
+from lightning_resumable_data import ResumableDataCallback
 from lightning_resumable_data.cli import main
 from lightning_resumable_data.cli.trace import trace
 
-N = 40
-
-
-class Counted(torch.utils.data.Dataset[int]):
-    """``range(N)`` that notes every index it reads."""
-
-    def __init__(self) -> None:
-        self.reads: list[int] = []
-
-    def __len__(self) -> int:
-        return N
-
-    def __getitem__(self, index: int) -> int:
-        self.reads.append(int(index))
-        return int(index)
-
-
-class Recorder(pl.LightningModule):
-    def __init__(self) -> None:
-        super().__init__()
-        self.layer = torch.nn.Linear(1, 1)
-        self.ledger: dict[int, list[list[int]]] = defaultdict(list)
-
-    def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
-        self.ledger[self.trainer.global_step].append(batch.tolist())
-        loss: torch.Tensor = self.layer(batch.float().view(-1, 1)).sum() * 0.0
-        return loss
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=0.0)
-
-
-def _fit(
-    root: Path,
-    callbacks: list[pl.Callback],
-    batch_size: int = 4,
-    ckpt: Path | None = None,
-    save: Path | None = None,
-    **trainer: Any,
-) -> tuple[Recorder, Counted]:
-    dataset, model = Counted(), Recorder()
-    fit = pl.Trainer(
-        accelerator="cpu",
-        devices=1,
-        default_root_dir=root,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=callbacks,
-        **{"max_epochs": 3, **trainer},
-    )
-    fit.fit(model, datamodule=ResumableDataModule(dataset, batch_size=batch_size), ckpt_path=ckpt)
-    if save is not None:
-        fit.save_checkpoint(save)
-    return model, dataset
-
-
-def _samples(ledger: dict[int, list[list[int]]]) -> list[int]:
-    return [i for step in sorted(ledger) for batch in ledger[step] for i in batch]
-
 
 def test_skipped_steps_are_cut_from_the_baseline_and_never_read(tmp_path: Path) -> None:
-    baseline, _ = _fit(tmp_path, [])
+    baseline, _ = fit_counted(tmp_path, [])
     assert sorted(baseline.ledger) == list(range(30))  # 10 steps an epoch, 3 epochs
     # steps 8..12 straddle the end of epoch 0; every range is counted as the run without
     # these cuts counts steps (18, 19 are the baseline's), and the model's count goes on
     skipping = ResumableDataCallback(skip_steps=[(8, 13), range(18, 20)])
-    model, dataset = _fit(tmp_path, [skipping])
+    model, dataset = fit_counted(tmp_path, [skipping])
     cut = {8, 9, 10, 11, 12, 18, 19}
-    expected = _samples({s: b for s, b in baseline.ledger.items() if s not in cut})
-    assert _samples(model.ledger) == expected
+    expected = samples_of({s: b for s, b in baseline.ledger.items() if s not in cut})
+    assert samples_of(model.ledger) == expected
     assert sorted(model.ledger) == list(range(23))
     # nothing but what was trained was read: the skipped samples' reads never happened
     assert sorted(dataset.reads) == sorted(expected)
@@ -101,42 +37,46 @@ def test_skipped_steps_are_cut_from_the_baseline_and_never_read(tmp_path: Path) 
 @pytest.mark.parametrize("resume_batch", [4, 2])
 def test_a_resume_keeps_the_skip_on_another_batch_size(tmp_path: Path, resume_batch: int) -> None:
     skipping = [(8, 13)]
-    whole, _ = _fit(tmp_path / "whole", [ResumableDataCallback(skip_steps=skipping)])
+    whole, _ = fit_counted(tmp_path / "whole", [ResumableDataCallback(skip_steps=skipping)])
     # stopped before the skip: the resumed fit cuts it (the same code, the same argument)
     before = tmp_path / "before.ckpt"
-    first, _ = _fit(
+    first, _ = fit_counted(
         tmp_path / "a", [ResumableDataCallback(skip_steps=skipping)], max_steps=5, save=before
     )
     # ... and stopped after it, at step 9 of the skip run: the checkpoint carries the cut
     after = tmp_path / "after.ckpt"
-    second, _ = _fit(
+    second, _ = fit_counted(
         tmp_path / "b", [ResumableDataCallback(skip_steps=skipping)], max_steps=9, save=after
     )
     for ckpt, head in ((before, first), (after, second)):
-        rest, _ = _fit(
+        rest, _ = fit_counted(
             tmp_path / "r",
             [ResumableDataCallback(skip_steps=skipping)],
             batch_size=resume_batch,
             ckpt=ckpt,
         )
-        assert _samples(head.ledger) + _samples(rest.ledger) == _samples(whole.ledger)
+        assert samples_of(head.ledger) + samples_of(rest.ledger) == samples_of(whole.ledger)
     # a checkpoint after the cut resumed without skip_steps keeps it as well
-    rest, _ = _fit(tmp_path / "r2", [ResumableDataCallback()], batch_size=resume_batch, ckpt=after)
-    assert _samples(second.ledger) + _samples(rest.ledger) == _samples(whole.ledger)
+    rest, _ = fit_counted(
+        tmp_path / "r2", [ResumableDataCallback()], batch_size=resume_batch, ckpt=after
+    )
+    assert samples_of(second.ledger) + samples_of(rest.ledger) == samples_of(whole.ledger)
 
 
 def test_a_skip_of_steps_already_trained_is_refused(tmp_path: Path) -> None:
     ckpt = tmp_path / "five.ckpt"
-    _fit(tmp_path, [], max_steps=5, save=ckpt)
+    fit_counted(tmp_path, [], max_steps=5, save=ckpt)
     with pytest.raises(ValueError, match=r"Cannot skip steps \[2, 4\): the fit starts at step 5"):
-        _fit(tmp_path, [ResumableDataCallback(skip_steps=[(2, 4)])], ckpt=ckpt)
+        fit_counted(tmp_path, [ResumableDataCallback(skip_steps=[(2, 4)])], ckpt=ckpt)
     with pytest.raises(ValueError, match="is not a step range"):
         ResumableDataCallback(skip_steps=[(4, 2)])
 
 
 def test_trace_names_what_the_skip_run_trained(tmp_path: Path) -> None:
     last = tmp_path / "last.ckpt"
-    model, _ = _fit(tmp_path, [ResumableDataCallback(skip_steps=[(3, 6), (14, 16)])], save=last)
+    model, _ = fit_counted(
+        tmp_path, [ResumableDataCallback(skip_steps=[(3, 6), (14, 16)])], save=last
+    )
     for step, batches in model.ledger.items():
         (traced,) = trace(last, step)["batches"]
         assert traced["ranks"][0]["indices"] == batches[0], step
@@ -149,9 +89,11 @@ def test_trace_names_what_the_skip_run_trained(tmp_path: Path) -> None:
 def test_lrd_skip_writes_a_checkpoint_that_resumes_past_the_steps(
     tmp_path: Path, resume_batch: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    whole, _ = _fit(tmp_path / "whole", [ResumableDataCallback(skip_steps=[(8, 13), (18, 20)])])
+    whole, _ = fit_counted(
+        tmp_path / "whole", [ResumableDataCallback(skip_steps=[(8, 13), (18, 20)])]
+    )
     five = tmp_path / "five.ckpt"
-    head, _ = _fit(tmp_path / "a", [], max_steps=5, save=five)
+    head, _ = fit_counted(tmp_path / "a", [], max_steps=5, save=five)
     edited = tmp_path / "skipped.ckpt"
     argv = ["skip", str(five), "--steps", "8:13", "--steps", "18:20", "-o", str(edited)]
     assert main(argv) == 0
@@ -163,27 +105,27 @@ def test_lrd_skip_writes_a_checkpoint_that_resumes_past_the_steps(
     assert "Per rank: 12 samples = 3 batches of 4; epoch 0 counts 8 batches" in shown, shown
     assert "later epochs 5." in shown  # epoch 1 is cut twice: 20 samples left
     assert "left out" not in shown
-    rest, dataset = _fit(tmp_path / "r", [], batch_size=resume_batch, ckpt=edited)
-    assert _samples(head.ledger) + _samples(rest.ledger) == _samples(whole.ledger)
-    assert sorted(dataset.reads) == sorted(_samples(rest.ledger))  # nothing cut was read
+    rest, dataset = fit_counted(tmp_path / "r", [], batch_size=resume_batch, ckpt=edited)
+    assert samples_of(head.ledger) + samples_of(rest.ledger) == samples_of(whole.ledger)
+    assert sorted(dataset.reads) == sorted(samples_of(rest.ledger))  # nothing cut was read
     # the same request again (or passed to the callback as well) cuts nothing more
     again = tmp_path / "again.ckpt"
     assert main(["skip", str(edited), "--steps", "8:13", "-o", str(again)]) == 0
     assert "nothing new to cut" in capsys.readouterr().out
-    rest, _ = _fit(
+    rest, _ = fit_counted(
         tmp_path / "r2",
         [ResumableDataCallback(skip_steps=[(8, 13), (18, 20)])],
         batch_size=resume_batch,
         ckpt=again,
     )
-    assert _samples(head.ledger) + _samples(rest.ledger) == _samples(whole.ledger)
+    assert samples_of(head.ledger) + samples_of(rest.ledger) == samples_of(whole.ledger)
 
 
 def test_lrd_skip_refuses_what_it_cannot_cut(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     five = tmp_path / "five.ckpt"
-    _fit(tmp_path, [], max_steps=5, save=five)
+    fit_counted(tmp_path, [], max_steps=5, save=five)
     out = str(tmp_path / "x.ckpt")
     assert main(["skip", str(five), "--steps", "2:4", "-o", out]) == 2
     assert "step 2 is trained already" in capsys.readouterr().err
@@ -195,7 +137,7 @@ def test_lrd_skip_refuses_what_it_cannot_cut(
 
 def test_lrd_inspect_shows_the_cut(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     last = tmp_path / "last.ckpt"
-    _fit(tmp_path, [ResumableDataCallback(skip_steps=[(8, 13)])], max_steps=12, save=last)
+    fit_counted(tmp_path, [ResumableDataCallback(skip_steps=[(8, 13)])], max_steps=12, save=last)
     assert main(["inspect", str(last)]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert (
@@ -204,45 +146,47 @@ def test_lrd_inspect_shows_the_cut(tmp_path: Path, capsys: pytest.CaptureFixture
 
 
 def test_overlapping_cuts_are_one_and_an_emptied_epoch_is_refused(tmp_path: Path) -> None:
-    baseline, _ = _fit(tmp_path, [])
-    model, _ = _fit(tmp_path, [ResumableDataCallback(skip_steps=[(4, 9), (7, 12), (12, 13)])])
+    baseline, _ = fit_counted(tmp_path, [])
+    model, _ = fit_counted(
+        tmp_path, [ResumableDataCallback(skip_steps=[(4, 9), (7, 12), (12, 13)])]
+    )
     cut = set(range(4, 13))
-    assert _samples(model.ledger) == _samples(
+    assert samples_of(model.ledger) == samples_of(
         {s: b for s, b in baseline.ledger.items() if s not in cut}
     )
     with pytest.raises(ValueError, match="leaves epoch 1 no batch"):
-        _fit(tmp_path, [ResumableDataCallback(skip_steps=[(10, 20)])])  # all of epoch 1
+        fit_counted(tmp_path, [ResumableDataCallback(skip_steps=[(10, 20)])])  # all of epoch 1
     five = tmp_path / "five.ckpt"
-    _fit(tmp_path, [], max_steps=5, save=five)
+    fit_counted(tmp_path, [], max_steps=5, save=five)
     with pytest.raises(ValueError, match=r"leaves epoch 0 no batch \(from where the fit starts"):
-        _fit(tmp_path, [ResumableDataCallback(skip_steps=[(5, 12)])], ckpt=five)  # its rest
+        fit_counted(tmp_path, [ResumableDataCallback(skip_steps=[(5, 12)])], ckpt=five)  # its rest
 
 
 @pytest.mark.parametrize("limit", [6, 0.6])
 def test_under_limit_train_batches_a_cut_epoch_trains_the_limit_from_what_remains(
     tmp_path: Path, limit: float
 ) -> None:
-    whole, _ = _fit(tmp_path, [], max_epochs=2)  # the epochs' whole orders (10 steps each)
-    orders = [_samples({s: whole.ledger[s] for s in range(10 * e, 10 * e + 10)}) for e in (0, 1)]
-    model, _ = _fit(
+    whole, _ = fit_counted(tmp_path, [], max_epochs=2)  # the epochs' whole orders (10 steps each)
+    orders = [samples_of({s: whole.ledger[s] for s in range(10 * e, 10 * e + 10)}) for e in (0, 1)]
+    model, _ = fit_counted(
         tmp_path,
         [ResumableDataCallback(skip_steps=[(3, 5)])],
         max_epochs=2,
         limit_train_batches=limit,
     )
     # an int or a fraction alike: the limit's 6 batches of the whole epoch, from what remains
-    assert _samples(model.ledger) == orders[0][:12] + orders[0][20:32] + orders[1][:24]
+    assert samples_of(model.ledger) == orders[0][:12] + orders[0][20:32] + orders[1][:24]
 
 
 def test_a_cut_after_a_resume_between_two_batches_of_the_new_layout(tmp_path: Path) -> None:
     """Resumed at sample 20 with batch 8, step 6 reads 28..35: that is what a cut removes."""
     five = tmp_path / "five.ckpt"
-    _fit(tmp_path, [], max_steps=5, save=five)  # batch 4: sample 20 of epoch 0
-    plain, _ = _fit(tmp_path, [], batch_size=8, ckpt=five)
-    cut, reads = _fit(
+    fit_counted(tmp_path, [], max_steps=5, save=five)  # batch 4: sample 20 of epoch 0
+    plain, _ = fit_counted(tmp_path, [], batch_size=8, ckpt=five)
+    cut, reads = fit_counted(
         tmp_path, [ResumableDataCallback(skip_steps=[(6, 7)])], batch_size=8, ckpt=five
     )
-    assert _samples(cut.ledger) == _samples({s: b for s, b in plain.ledger.items() if s != 6})
+    assert samples_of(cut.ledger) == samples_of({s: b for s, b in plain.ledger.items() if s != 6})
     assert not set(plain.ledger[6][0]) & set(reads.reads[: len(plain.ledger[5][0]) + 4])
 
 
@@ -250,7 +194,7 @@ def test_a_second_cut_in_the_same_epoch_reports_positions_of_the_whole_order(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     five = tmp_path / "five.ckpt"
-    _fit(tmp_path, [], max_steps=5, save=five)
+    fit_counted(tmp_path, [], max_steps=5, save=five)
     first, second = tmp_path / "one.ckpt", tmp_path / "two.ckpt"
     assert main(["skip", str(five), "--steps", "6:7", "-o", str(first)]) == 0
     capsys.readouterr()
@@ -264,6 +208,8 @@ def test_a_second_cut_in_the_same_epoch_reports_positions_of_the_whole_order(
 
 
 def test_a_cut_past_the_last_epoch_is_accepted(tmp_path: Path) -> None:
-    baseline, _ = _fit(tmp_path, [], max_epochs=2)
-    model, _ = _fit(tmp_path, [ResumableDataCallback(skip_steps=[(15, 100)])], max_epochs=2)
-    assert _samples(model.ledger) == _samples({s: b for s, b in baseline.ledger.items() if s < 15})
+    baseline, _ = fit_counted(tmp_path, [], max_epochs=2)
+    model, _ = fit_counted(tmp_path, [ResumableDataCallback(skip_steps=[(15, 100)])], max_epochs=2)
+    assert samples_of(model.ledger) == samples_of(
+        {s: b for s, b in baseline.ledger.items() if s < 15}
+    )
