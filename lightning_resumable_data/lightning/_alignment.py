@@ -51,11 +51,28 @@ def set_epoch_limit(trainer: pl.Trainer, loader: StatefulDataLoader) -> None:
         loader.set_epoch_limit(None)
 
 
-def restart_progress_bar(trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-    """Give the progress bar the epoch start Lightning skips when it resumes mid-epoch."""
+def restart_progress_bar(
+    trainer: pl.Trainer, pl_module: pl.LightningModule, batch_idx: int = 0
+) -> None:
+    """Give the progress bar the epoch start Lightning skips when it resumes mid-epoch.
+
+    The bar's own epoch start restores its title and its total; it counts that total from
+    the epoch's start, capped at the optimizer steps left (``max_steps``) as if none of the
+    epoch were done, so a resume at batch ``batch_idx`` would run past it (``21/?``). The cap
+    is counted from ``batch_idx`` instead, and a TQDM bar starts there.
+    """
     bar = trainer.progress_bar_callback
-    if bar is not None and getattr(bar, "is_enabled", True):
-        bar.on_train_epoch_start(trainer, pl_module)  # restores its total and title
+    if bar is None or not getattr(bar, "is_enabled", True):
+        return
+    bar.on_train_epoch_start(trainer, pl_module)  # restores its title and total
+    tqdm = getattr(bar, "train_progress_bar", None)
+    if not batch_idx or tqdm is None or not hasattr(tqdm, "initial"):
+        return
+    whole, total = trainer.num_training_batches, tqdm.total
+    if isinstance(total, int) and math.isfinite(whole) and total < whole:  # capped by steps
+        tqdm.total = min(int(whole), batch_idx + total)
+    tqdm.initial = tqdm.n = batch_idx  # its rate counts the batches of this fit only
+    tqdm.refresh()
 
 
 def match_checkpoint(trainer: pl.Trainer, checkpoint: dict[str, Any], key: str | None) -> bool:

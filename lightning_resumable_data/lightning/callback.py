@@ -221,7 +221,7 @@ class ResumableDataCallback(pl.Callback):
                 check_batch(self.guard, trainer, loader, batch_idx, handed)
         if not self._epoch_started:  # resumed mid-epoch: Lightning skipped the epoch start
             self._epoch_started = True
-            restart_progress_bar(trainer, pl_module)
+            restart_progress_bar(trainer, pl_module, batch_idx)
         if self._seed is not None:  # last: nothing this hook does draws after it
             seed_step(self._generators, self._rank, self._seed, trainer, pl_module, batch_idx)
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
+import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, run as a script
@@ -198,6 +199,8 @@ def main(argv: Sequence[str]) -> None:
     elif args.refit_max_steps is not None:  # the same trainer, more steps: training continues
         trainer.fit_loop.epoch_loop.max_steps = args.refit_max_steps
         trainer.fit(model, datamodule=datamodule)
+    if torch.distributed.is_initialized():  # else gloo's threads may abort the exit (SIGABRT)
+        torch.distributed.destroy_process_group()
 
 
 def make_trainer(args: argparse.Namespace, phases: list[MixturePhase]) -> pl.Trainer:
