@@ -64,6 +64,7 @@ def test_the_bar_counts_the_resumed_epoch_from_its_start(
     assert resumed, watch.seen
     for _, n, bar_total, initial in resumed:
         assert (bar_total, initial) == (total, 20), watch.seen
+        assert bar_total is not None
         assert n <= bar_total
     # the bar ends full where the epoch (or max_steps) ends; this callback may see the last
     # count before the bar's own hook counts the batch
