@@ -16,7 +16,7 @@ Run::
     python examples/cli.py fit --config examples/cli_config.yaml --trainer.max_steps 400 \\
         --ckpt_path last                                  # continue the same run
 
-    # smoke: small and short (a few seconds), then resume it
+    # smoke: small and short, then resume it
     python examples/cli.py fit --config examples/cli_config.yaml --data.num_samples 256 \\
         --trainer.max_steps 6 --trainer.default_root_dir runs/cli_smoke
     python examples/cli.py fit --config examples/cli_config.yaml --data.num_samples 256 \\
@@ -156,9 +156,9 @@ class Classifier(pl.LightningModule):
 
     def _report(self, what: str) -> None:
         loader = self.trainer.train_dataloader
-        if isinstance(loader, StatefulDataLoader):
+        if isinstance(loader, StatefulDataLoader) and self.trainer.is_global_zero:
             state = loader.state_dict()
-            self.print(
+            print(  # not self.print: at the fit's end the progress bar is closed and drops it
                 f"{what} step {self.global_step}: data epoch {state['epoch']}, "
                 f"{state['consumed']} samples of it consumed"
             )
