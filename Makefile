@@ -5,6 +5,7 @@ PY := $(VENV)/bin/python
 # This machine has a local CPU wheel of torch 2.13.0; pinning it keeps pip from pulling the
 # newest CUDA build. Elsewhere, override: `make test TORCH_SPEC=torch` (or keep your own).
 TORCH_SPEC ?= torch==2.13.0
+CORE_STAMP := $(VENV)/.installed-core
 STAMP := $(VENV)/.installed
 # Azurite, Azure Blob's emulator (tests/test_remote_stores.py), is an npm package: installed
 # into the venv where npm is; without npm (or if the install fails) the Azure tests skip.
@@ -17,12 +18,19 @@ setup: $(STAMP) $(AZURITE)
 # pip prints one line per package (no progress bars): a fresh set-up takes a few minutes
 PIP_INSTALL := $(PY) -m pip install --progress-bar off --disable-pip-version-check
 
-$(STAMP): pyproject.toml Makefile
-	@echo "== setting up $(VENV) (once; a few minutes on a fresh machine)"
+# The package and torch: what the demo needs (about a minute on a fresh machine).
+$(CORE_STAMP): pyproject.toml Makefile
+	@echo "== setting up $(VENV) (once): torch and the package; pip lists what it installs"
 	$(PYTHON) -m venv $(VENV)
 	@echo "== 1/2: $(TORCH_SPEC)"
 	$(PIP_INSTALL) "$(TORCH_SPEC)"
-	@echo "== 2/2: the package, with its test, docs and cli extras"
+	@echo "== 2/2: the package and its dependencies (lightning, torchdata, numpy)"
+	$(PIP_INSTALL) -e .
+	touch $(CORE_STAMP)
+
+# ... and the test, docs and cli extras for make test (a few minutes more).
+$(STAMP): $(CORE_STAMP)
+	@echo "== the test, docs and cli extras into $(VENV) (once; a few minutes)"
 	$(PIP_INSTALL) -e ".[test,docs,cli]"
 	touch $(STAMP)
 
@@ -49,13 +57,14 @@ wheel: setup  ## dist/lightning_resumable_data-<version>-py3-none-any.whl, to in
 
 $(AZURITE): | $(STAMP)
 	@if command -v npm >/dev/null 2>&1; then \
+		echo "== Azurite (Azure Blob's emulator, for the Azure tests) from npm (once; about 30 s)"; \
 		npm install --prefix $(VENV)/azurite azurite@3 --no-audit --no-fund --silent \
 			--no-update-notifier || echo "warning: npm could not install Azurite; the Azure tests will skip."; \
 	else \
 		echo "npm not found: Azurite not installed; the Azure Blob tests will skip."; \
 	fi
 
-demo: setup
+demo: $(CORE_STAMP)  ## the package and torch only: make test adds its extras
 	$(PY) examples/demo.py
 
 lint: setup
