@@ -61,7 +61,7 @@ if TYPE_CHECKING:
         StateMismatchError,
     )
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 # Every name is imported on first use, so that `lrd --version` and `lrd --help` (and any
 # `import lightning_resumable_data.<light module>`) do not pay for importing torch and
