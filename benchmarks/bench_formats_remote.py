@@ -115,8 +115,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """The command line (``--quick`` sets the CI-sized defaults of ``QUICK``)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="CI-sized: " + str(QUICK))
-    parser.add_argument("--samples", type=int, default=4_000, help="images in the set")
-    parser.add_argument("--per-shard", type=int, default=500, help="images per shard")
+    parser.add_argument("--samples", type=int, default=2_000, help="images in the set")
+    parser.add_argument("--per-shard", type=int, default=250, help="images per shard")
     parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds (median)")
     parser.add_argument("--workers", default="0,2", help="DataLoader worker counts")
     parser.add_argument("--delay-ms", type=float, default=20.0, help="proxy delay per request")
