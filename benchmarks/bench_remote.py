@@ -135,15 +135,21 @@ def child_ours(config: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def child_litdata(config: dict[str, Any]) -> dict[str, Any]:
-    import boto3  # noqa: F401  (imported before the clock)
+def litdata_endpoint(endpoint: str) -> None:
+    """Point LitData's S3 clients at ``endpoint`` (a local plain-http S3), in this process."""
     import litdata.streaming.downloader as downloader
-    from litdata import StreamingDataLoader, StreamingDataset
 
-    os.environ["AWS_ENDPOINT_URL"] = config["endpoint"]
+    os.environ["AWS_ENDPOINT_URL"] = endpoint
     # LitData's obstore client refuses a plain-http endpoint (a real S3 is https): allow it.
     options = downloader._OBSTORE_CLIENT_OPTIONS
     downloader._OBSTORE_CLIENT_OPTIONS = {**options, "allow_http": "true"}
+
+
+def child_litdata(config: dict[str, Any]) -> dict[str, Any]:
+    import boto3  # noqa: F401  (imported before the clock)
+    from litdata import StreamingDataLoader, StreamingDataset
+
+    litdata_endpoint(config["endpoint"])
     start = time.perf_counter()
     dataset = StreamingDataset(
         config["url"] + "/litdata", cache_dir=config["cache"], shuffle=True, seed=0,

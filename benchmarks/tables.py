@@ -22,6 +22,7 @@ from _harness import REPO_ROOT, fmt_n, table_header, table_row
 from bench_mixture_peers import MIXTURE_PEERS, mixture_peers_table
 from bench_provenance import PROVENANCE, PROVENANCE_PAGE, provenance_table
 from documents_table import DOCUMENTS, DOCUMENTS_PAGE, document_table
+from formats_remote_table import FORMATS_REMOTE_JSON, formats_remote_table
 from formats_table import FORMATS_JSON, formats_table
 from remote_table import REMOTE, REMOTE_PAGE, remote_table
 from seeding_tables import (
@@ -285,6 +286,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if FORMATS_JSON.exists():
         formats = formats_table(json.loads(FORMATS_JSON.read_text()))
         new = replace_block(new, "formats-table", formats)
+    if FORMATS_REMOTE_JSON.exists():
+        remote = formats_remote_table(json.loads(FORMATS_REMOTE_JSON.read_text()))
+        new = replace_block(new, "formats-remote-table", remote)
     pages = {PAGE: (text, new)}  # page: (as it is, as the JSON gives it)
     for page, name, path, table in (  # tables of benchmarks that report on their own page
         (REMOTE_PAGE, "remote", REMOTE, remote_table),

@@ -21,6 +21,7 @@ REPO = Path(__file__).resolve().parent.parent
 QUICK = {  # script: its arguments, each at its smallest (one repeat): CI runs every code path
     "bench_documents.py": ["--counts", "1e4", "--repeat", "1"],
     "bench_formats.py": ["--quick"],  # no peers here: stand-in MDS/tar writers, our rows only
+    "bench_formats_remote.py": ["--quick"],  # the same, from a local S3 behind a slow proxy
     "bench_guard.py": ["--calls", "20000", "--repeat", "2"],  # no --quick: seconds as it is
     "bench_lightning_overhead.py": ["--quick"],
     "bench_loader.py": ["--quick"],
