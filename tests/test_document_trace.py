@@ -191,3 +191,50 @@ def test_cli_packing_modes_are_the_dataset_s() -> None:
     from lightning_resumable_data.documents.packed import PACKING_MODES
 
     assert SPELLED == PACKING_MODES
+
+
+def test_a_mixture_source_is_traced_by_name_and_find_refuses(tmp_path: Path) -> None:
+    """Two packed sources; ``--documents web=PREFIX`` traces the web samples' pieces."""
+    write_megatron(tmp_path / "web", _documents(60), dtype=np.int32)
+    write_megatron(tmp_path / "code", [[7] * 20] * 30, dtype=np.int32)
+    web, code = open_megatron(tmp_path / "web"), open_megatron(tmp_path / "code")
+    module = ResumableDataModule(
+        {
+            "web": PackedDataset(web, SEQ_LEN, eos_id=EOS, seed=SEED),
+            "code": PackedDataset(code, SEQ_LEN, eos_id=EOS),
+        },
+        batch_size=4,
+        sample_keys=True,
+        collate_fn=collate_packed,
+    )
+    model = Recorder()
+    trainer = pl.Trainer(
+        accelerator="cpu", devices=1, default_root_dir=tmp_path, logger=False,
+        enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, max_epochs=2,
+    )  # fmt: skip
+    trainer.fit(model, datamodule=module)
+    last = tmp_path / "last.ckpt"
+    trainer.save_checkpoint(last)
+    packing = ["--documents", f"web={tmp_path / 'web'}", "--seq-len", str(SEQ_LEN)]
+    packing += ["--eos-id", str(EOS), "--packing-seed", str(SEED)]
+    traced = 0
+    for step, batches in sorted(model.ledger.items()):
+        report = trace_documents(last, _args("trace", str(last), "--step", str(step), *packing))
+        (rank,) = report["batches"][0]["ranks"]
+        for row, source, pieces in zip(batches[0], rank["sources"], rank["pieces"], strict=True):
+            if source != "web":
+                assert pieces is None
+                continue
+            tokens: list[int] = []
+            for piece in pieces:
+                tokens += web.document(piece["document"])[piece["start"] : piece["stop"]].tolist()
+                tokens += [EOS] if piece["eos"] else []
+            assert tokens == row, step
+            traced += 1
+    assert traced > 20
+    with pytest.raises(CliError, match="cannot find a document of mixture source 'web'"):
+        find_documents(last, _args("find", str(last), "--document", "3", *packing))
+    bad = ["--documents", str(tmp_path / "web"), *packing[2:]]
+    with pytest.raises(CliError, match="name the source"):
+        trace_documents(last, _args("trace", str(last), "--step", "0", *bad))
