@@ -160,11 +160,40 @@ def test_megatron_run_traced_to_document_pieces_and_bin_bytes(
     lines = capsys.readouterr().out.splitlines()[1:]
     assert lines, lines
     assert all(line.startswith("  epoch 1,") for line in lines), lines
-    wrong = [*packing[:2], "--seq-len", "17", "--eos-id", "0"]
+    # the data module saved the packing: --documents alone rebuilds it; options must agree
+    alone = ["--documents", str(tmp_path / "corpus")]
+    step = ["trace", str(last), "--step", "3"]
+    assert trace_documents(last, _args(*step, *alone)) == trace_documents(
+        last, _args(*step, *packing)
+    )
+    with pytest.raises(CliError, match="--packing-seed 6: the run packed with seed=5"):
+        trace_documents(last, _args(*step, *alone, "--packing-seed", "6"))
+    with pytest.raises(CliError, match="--eos-id None: the run packed with eos_id=0"):
+        trace_documents(last, _args(*step, *alone, "--eos-id", "none"))
+    write_megatron(tmp_path / "other", documents[:-1], dtype=np.int32)
+    with pytest.raises(CliError, match=r"holds 109 documents .* the run packed 110 "):
+        trace_documents(last, _args(*step, "--documents", str(tmp_path / "other")))
+    # a checkpoint without the packing (an older release): options, checked by length
+    saved = torch.load(last, weights_only=False)
+    assert _drop_packing(saved)
+    torch.save(saved, tmp_path / "old.ckpt")
+    old = ["trace", str(tmp_path / "old.ckpt"), "--step", "3"]
+    assert trace_documents(tmp_path / "old.ckpt", _args(*old, *packing))["batches"]
     with pytest.raises(CliError, match=r"had 1[0-9]+ samples; this packed dataset has"):
-        trace_documents(last, _args("trace", str(last), "--step", "3", *wrong))
-    assert main(["find", str(last), "--document", "7", "--documents", "x"]) == 2
+        trace_documents(tmp_path / "old.ckpt", _args(*old, *alone, "--seq-len", "17"))
+    assert main(["find", str(tmp_path / "old.ckpt"), "--document", "7", *alone]) == 2
     assert "--seq-len" in capsys.readouterr().err
+
+
+def _drop_packing(tree: Any) -> bool:
+    """Remove a saved ``config["packing"]`` from a checkpoint; whether one was there."""
+    if not isinstance(tree, dict):
+        return False
+    config = tree.get("config")
+    if isinstance(config, dict) and "packing" in config:
+        del config["packing"]
+        return True
+    return any(_drop_packing(value) for value in tree.values())
 
 
 def test_parquet_run_traced_to_document_pieces_and_rows(tmp_path: Path) -> None:

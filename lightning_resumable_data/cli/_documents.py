@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lightning_resumable_data.cli._documents_args import UNSET
 from lightning_resumable_data.cli._errors import CliError
 from lightning_resumable_data.cli.trace import _batch_json, _load
 from lightning_resumable_data.documents.packed import PackedDataset
@@ -37,23 +38,55 @@ class Spec:
     shown: str
 
 
-def open_spec(args: argparse.Namespace) -> Spec:
-    """The packed dataset that ``--documents`` and the packing options describe.
+_OPTIONS = (  # packing key, option, argparse dest, default without a saved packing
+    ("seq_len", "--seq-len", "seq_len", None),
+    ("mode", "--packing-mode", "packing_mode", "concat"),
+    ("eos_id", "--eos-id", "eos_id", None),
+    ("seed", "--packing-seed", "packing_seed", 0),
+    ("shuffle_documents", "--no-shuffle-documents", "shuffle_documents", True),
+)
+
+
+def _packing(args: argparse.Namespace, saved: dict[str, Any] | None) -> dict[str, Any]:
+    """The run's packing: the options given, else the checkpoint's; a conflict is refused."""
+    out = {}
+    for key, flag, dest, default in _OPTIONS:
+        given = getattr(args, dest, UNSET if dest == "eos_id" else None)
+        has = given is not UNSET and (given is not None or dest == "eos_id")
+        if has and saved is not None and key in saved and saved[key] != given:
+            raise CliError(
+                f"{flag} {given}: the run packed with {key}={saved[key]!r} (saved in the "
+                "checkpoint)",
+                hint=f"leave {flag} out: the checkpoint says how the run packed.",
+            )
+        out[key] = given if has else (saved or {}).get(key, default)
+    if out["seq_len"] is None:
+        raise CliError(
+            "--documents needs the run's packing, and this checkpoint does not hold it: pass "
+            "--seq-len N (and --eos-id, --packing-mode, --packing-seed, "
+            "--no-shuffle-documents as the run had them)",
+            hint="a ResumableDataModule of this release saves it; a plain loader does not.",
+        )
+    return out
+
+
+def open_spec(args: argparse.Namespace, saved: dict[str, Any] | None = None) -> Spec:
+    """The packed dataset that ``--documents``, the options and ``saved`` describe.
+
+    ``saved`` maps source names (``""`` for a single dataset) to the packing the data
+    module saved; its corpus size (documents, stream tokens) must be the corpus's.
 
     Raises:
-        CliError: No ``--seq-len``, or a corpus that does not open.
+        CliError: No ``--seq-len`` (and none saved), an option that contradicts the saved
+            packing, a corpus that does not open or is not the run's size.
     """
     from lightning_resumable_data.documents import open_hf_dataset, open_megatron, open_parquet
 
     text, source = str(args.documents), None
     if "=" in text and not Path(text).exists():
         source, text = text.split("=", 1)
-    if args.seq_len is None:
-        raise CliError(
-            "--documents needs the run's packing: --seq-len N (and --eos-id, --packing-mode, "
-            "--packing-seed, --no-shuffle-documents as the run had them)",
-            hint="the checkpoint holds the dataset's length, not how it was packed.",
-        )
+    mine = (saved or {}).get(source or "")
+    packing = _packing(args, mine if isinstance(mine, dict) else None)
     paths = [Path(p) for p in text.split(",")]
     try:
         if all(p.suffix == ".parquet" for p in paths):
@@ -64,20 +97,31 @@ def open_spec(args: argparse.Namespace) -> Spec:
             corpus = open_megatron(paths[0])
         dataset = PackedDataset(
             corpus,
-            args.seq_len,
-            mode=args.packing_mode,
-            eos_id=args.eos_id,
-            seed=args.packing_seed,
-            shuffle_documents=not args.no_shuffle_documents,
+            packing["seq_len"],
+            mode=packing["mode"],
+            eos_id=packing["eos_id"],
+            seed=packing["seed"],
+            shuffle_documents=packing["shuffle_documents"],
         )
     except (OSError, ValueError, TypeError, ImportError) as error:
         raise CliError(f"--documents {args.documents}: {error}") from None
+    if isinstance(mine, dict):
+        size = {k: mine.get(k) for k in ("documents", "stream_tokens")}
+        now = {k: dataset.packing[k] for k in size}
+        if size != now:
+            raise CliError(
+                f"--documents {args.documents} holds {now['documents']} documents "
+                f"({now['stream_tokens']} tokens with separators); the run packed "
+                f"{size['documents']} ({size['stream_tokens']}): not the run's corpus",
+                hint="name the files the run was trained on.",
+            )
     return Spec(dataset, source, text)
 
 
 def _checked(path: Path, args: argparse.Namespace) -> tuple[Any, Spec, int]:
     run = _load(path, args.unsafe_unpickle, getattr(args, "shards", None))
-    spec = open_spec(args)
+    saved = ((run.module or {}).get("config") or {}).get("packing")
+    spec = open_spec(args, saved if isinstance(saved, dict) else None)
     try:
         offset = check_packed(run.sampler, spec.dataset, spec.source)
     except ValueError as error:

@@ -152,6 +152,16 @@ class PackedDataset(torch.utils.data.Dataset[Sample]):
         return dataset_pins(self.corpus)
 
     @property
+    def packing(self) -> dict[str, Any]:
+        """How the corpus is packed (a data module saves it: ``lrd trace --documents``)."""
+        return {
+            "seq_len": self.seq_len, "mode": self.mode,
+            "eos_id": None if self.eos_id is None else int(self.eos_id),
+            "seed": self.seed, "shuffle_documents": self.shuffle_documents,
+            "documents": len(self.corpus), "stream_tokens": self.stream_tokens,
+        }  # fmt: skip
+
+    @property
     def tail_tokens(self) -> int:
         """Tokens at the end of each epoch's ``"concat"`` stream that are in no sample."""
         return 0 if self.mode == "pad" else self.stream_tokens % self.seq_len
