@@ -122,14 +122,16 @@ def _pieces(
             size = np.dtype(part.tokens.dtype).itemsize
             offsets[mask] = (first // part.scale + starts[mask]) * size
             sizes[mask] = (stops[mask] - starts[mask]) * size
+    paths = [f.path for f in files] + [None]  # which == -1: no file
+    columns = (samples, docs, starts, stops, eos, which, rows, offsets, sizes)
     out = []
-    for k in range(count):
-        file = files[int(which[k])].path if which[k] >= 0 else None
-        at, row = int(offsets[k]), int(rows[k])
+    for sample, doc, start, stop, end, number, row, at, size in zip(
+        *(c.tolist() for c in columns), strict=True
+    ):  # lists, not NumPy scalars: a piece costs a tuple, not nine conversions
+        file = paths[number]
         where = (file, None if file is None else row)
-        span = (None, None) if at < 0 else (at, int(sizes[k]))
-        piece = (int(samples[k]), int(docs[k]), int(starts[k]), int(stops[k]), bool(eos[k]))
-        out.append(Piece(*piece, *where, *span))
+        span = (None, None) if at < 0 else (at, size)
+        out.append(Piece(sample, doc, start, stop, end, *where, *span))
     return out
 
 
