@@ -151,6 +151,7 @@ def test_megatron_run_traced_to_document_pieces_and_bin_bytes(
     assert main(["trace", str(last), "--step", "30", *packing]) == 0
     text = capsys.readouterr().out
     assert "corpus.bin bytes" in text, text
+    assert "note:" not in text, text  # sample_keys=True: the batch's epoch is the packing's
     assert "+EOS" in text, text
     assert main(["find", str(last), "--document", "7", *packing, "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
@@ -267,3 +268,22 @@ def test_a_mixture_source_is_traced_by_name_and_find_refuses(tmp_path: Path) -> 
     bad = ["--documents", str(tmp_path / "web"), *packing[2:]]
     with pytest.raises(CliError, match="name the source"):
         trace_documents(last, _args("trace", str(last), "--step", "0", *bad))
+
+
+def test_a_run_without_sample_keys_is_traced_with_a_note(tmp_path: Path) -> None:
+    """Plain indices: the dataset packs the epoch set_epoch gave it; the trace says so."""
+    write_megatron(tmp_path / "corpus", _documents(40), dtype=np.int32)
+    dataset = PackedDataset(open_megatron(tmp_path / "corpus"), SEQ_LEN, eos_id=EOS)
+    module = ResumableDataModule(dataset, batch_size=4, collate_fn=collate_packed)
+    trainer = pl.Trainer(
+        accelerator="cpu", devices=1, default_root_dir=tmp_path, logger=False,
+        enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, max_steps=2,
+    )  # fmt: skip
+    trainer.fit(Recorder(), datamodule=module)
+    trainer.save_checkpoint(tmp_path / "last.ckpt")
+    args = ["trace", str(tmp_path / "last.ckpt"), "--step", "1"]
+    report = trace_documents(
+        tmp_path / "last.ckpt", _args(*args, "--documents", str(tmp_path / "corpus"))
+    )
+    assert "sample_keys=False" in report["note"]

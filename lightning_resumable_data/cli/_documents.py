@@ -36,6 +36,7 @@ class Spec:
     dataset: PackedDataset
     source: str | None
     shown: str
+    note: str | None = None
 
 
 _OPTIONS = (  # packing key, option, argparse dest, default without a saved packing
@@ -115,7 +116,15 @@ def open_spec(args: argparse.Namespace, saved: dict[str, Any] | None = None) -> 
                 f"{size['documents']} ({size['stream_tokens']}): not the run's corpus",
                 hint="name the files the run was trained on.",
             )
-    return Spec(dataset, source, text)
+    note = None
+    keyed = mine.get("sample_keys", True) if isinstance(mine, dict) else True
+    if not keyed and dataset.mode == "concat" and dataset.shuffle_documents:
+        note = (
+            "the run's data module had sample_keys=False: its PackedDataset packed the epoch "
+            "its set_epoch was given (epoch 0 if nothing called it), while these pieces are "
+            "those of each batch's data epoch"
+        )
+    return Spec(dataset, source, text, note)
 
 
 def _checked(path: Path, args: argparse.Namespace) -> tuple[Any, Spec, int]:
@@ -161,6 +170,7 @@ def trace_documents(path: Path, args: argparse.Namespace) -> dict[str, Any]:
         "planned": any(batch.planned for batch in batches),
         "documents": spec.shown,
         "source": spec.source,
+        "note": spec.note,
         "batches": shown,
     }
 
@@ -188,6 +198,7 @@ def find_documents(path: Path, args: argparse.Namespace) -> dict[str, Any]:
         "document": args.document,
         "documents": spec.shown,
         "source": spec.source,
+        "note": spec.note,
         "sampler": run.kind,
         "steps_recorded": None if finished is None else list(finished),
         "trained": [vars(hit) for hit in found],

@@ -47,6 +47,8 @@ def format_trace_documents(report: dict[str, Any]) -> str:
             shown = [format_piece(piece) for piece in pieces]
             lines.append(f"    {index}: {shown[0] if shown else 'no document'}")
             lines.extend(f"    {' ' * len(str(index))}  {text}" for text in shown[1:])
+    if report.get("note"):
+        lines.append(f"note: {report['note']}")
     return "\n".join(lines)
 
 
@@ -75,4 +77,6 @@ def format_find_document(report: dict[str, Any]) -> str:
             f"  epoch {hit['epoch']}, step {hit['step']}, rank {hit['rank']} (global position "
             f"{hit['position']}): sample {hit['sample']}, tokens {hit['start']}:{hit['stop']}{eos}"
         )
+    if report.get("note"):
+        lines.append(f"note: {report['note']}")
     return "\n".join(lines)

@@ -42,10 +42,11 @@ def data_config(dm: ResumableDataModule) -> dict[str, Any]:
         "phases": [phase_dict(p) for p in dm.phases],
     }
     items = dataset.items() if isinstance(dataset, Mapping) else [("", dataset)]
-    packing = {name: getattr(d, "packing", None) for name, d in items}  # PackedDataset's
-    packing = {name: value for name, value in packing.items() if isinstance(value, dict)}
+    found = {name: getattr(d, "packing", None) for name, d in items}  # PackedDataset's
+    packing = {name: value for name, value in found.items() if isinstance(value, dict)}
     if packing:  # for lrd trace --documents: how each packed source was packed
-        config["packing"] = packing
+        keys = bool(getattr(dm, "sample_keys", False))  # else the epoch is set_epoch's
+        config["packing"] = {n: {**value, "sample_keys": keys} for n, value in packing.items()}
     return config
 
 
