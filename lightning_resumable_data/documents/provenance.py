@@ -50,7 +50,7 @@ class Piece:
         stop: One past the last (``start == stop``: only the separator).
         eos: The separator token follows the piece in the sample.
         file: The file the document is in (``None``: the corpus names no file).
-        row: The document's row in ``file`` (a Parquet/Arrow row, a ``.bin`` sequence).
+        row: The document's row in ``file`` (a Parquet/Arrow row; in a ``.bin``, its index).
         byte_offset: Where token ``start`` begins in ``file`` (``.bin``, token shards).
         byte_length: Bytes of tokens ``[start, stop)`` there.
     """
