@@ -130,3 +130,22 @@ def test_parquet_pieces_name_the_file_and_row(tmp_path: Path) -> None:
         rows = pq.read_table(piece.file).column("input_ids").to_pylist()
         assert rows[piece.row] == documents[piece.document]
     assert {p.file for p in pieces} == {str(p) for p in paths}
+
+
+def test_arrow_pieces_name_the_arrow_file_and_row(tmp_path: Path) -> None:
+    datasets = pytest.importorskip("datasets")
+    from lightning_resumable_data.documents import open_hf_dataset
+
+    rng = np.random.default_rng(3)
+    documents = [rng.integers(1, 900, size=int(rng.integers(1, 30))).tolist() for _ in range(70)]
+    datasets.Dataset.from_dict({"input_ids": documents}).save_to_disk(tmp_path, num_shards=2)
+    corpus = open_hf_dataset(tmp_path)
+    dataset = PackedDataset(corpus, 20, eos_id=0, seed=2)
+    pieces = [p for s in sample_pieces(dataset, range(len(dataset)), 0) for p in s]
+    for piece in pieces:
+        assert piece.file is not None
+        assert piece.file.endswith(".arrow")
+        assert piece.row is not None
+        table = datasets.Dataset.from_file(piece.file)
+        assert table[piece.row]["input_ids"] == documents[piece.document]
+    assert len({p.file for p in pieces}) == 2
