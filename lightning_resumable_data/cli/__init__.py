@@ -114,8 +114,10 @@ def build_parser() -> argparse.ArgumentParser:
         "step, rank) at which dataset sample I was trained (single datasets).",
     )
     find.add_argument("checkpoint", type=Path, metavar="CHECKPOINT", help="a .ckpt file")
-    find.add_argument("--sample", type=_at_least(0), required=True, metavar="I", help="index")
+    find.add_argument("--sample", type=_at_least(0), metavar="I", help="index")
     find.add_argument("--unsafe-unpickle", action="store_true", help=argparse.SUPPRESS)
+    find.add_argument("--document", type=_at_least(0), metavar="D", help="document (--documents)")
+    find.add_argument("--epochs", metavar="A:B", help="with --document: only epochs A to B-1")
     skip = commands.add_parser(
         "skip",
         help="a copy of a checkpoint whose data state cuts the data of some steps",
@@ -153,7 +155,29 @@ def build_parser() -> argparse.ArgumentParser:
         )
     for command in (inspect, plan, trace, find, skip, quarantine):
         command.add_argument("--json", action="store_true", help="print JSON instead of text")
+    from lightning_resumable_data.cli._documents_args import add_document_options
+
+    add_document_options(trace)
+    add_document_options(find)
     return parser
+
+
+def _run_documents(args: argparse.Namespace) -> int:
+    """``trace``/``find`` of a packed run's documents (``--documents``, ``--document``)."""
+    from lightning_resumable_data.cli import _documents as documents
+    from lightning_resumable_data.cli import _documents_text as text
+
+    if args.command == "find" and (args.document is None or args.sample is not None):
+        raise CliError("lrd find --documents SPEC takes --document D (not --sample)")
+    if not args.documents:
+        raise CliError("--document D needs --documents SPEC: the corpus the run packed")
+    if args.command == "find":
+        found = documents.find_documents(args.checkpoint, args)
+        print(json.dumps(found, indent=2) if args.json else text.format_find_document(found))
+        return 0
+    traced = documents.trace_documents(args.checkpoint, args)
+    print(json.dumps(traced, indent=2) if args.json else text.format_trace_documents(traced))
+    return 0
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -179,8 +203,13 @@ def _run(args: argparse.Namespace) -> int:
         )
         print(json.dumps(done, indent=2) if args.json else format_skip(done))
         return 0
+    if args.command in ("find", "trace") and (args.documents or getattr(args, "document", None)):
+        return _run_documents(args)
     if args.command == "find":
         from lightning_resumable_data.cli.trace import find, format_find
+
+        if args.sample is None:
+            raise CliError("lrd find needs --sample I (or --document D with --documents SPEC)")
 
         found = find(
             args.checkpoint, args.sample, unsafe_unpickle=args.unsafe_unpickle, shards=args.shards

@@ -39,6 +39,7 @@ class Loaded:
     position: tuple[int, int]
     drop_last: bool
     dataset: Any = None  # the sharded dataset of --shards, for sample locations
+    module: Any = None  # the data module's saved entry (its config), if any
 
 
 def _load(path: Path, unsafe_unpickle: bool, shards: Path | None = None) -> Loaded:
@@ -92,7 +93,7 @@ def _load(path: Path, unsafe_unpickle: bool, shards: Path | None = None) -> Load
         raise CliError(f"{path}: {error}", hint="lrd inspect shows what the file holds.") from None
     position = (int(sampler_state.get("epoch", 0)), int(sampler_state.get("consumed", 0)))
     drop_last = bool(((found.module or {}).get("config") or {}).get("drop_last", False))
-    return Loaded(history, sampler, kind, position, drop_last, dataset)
+    return Loaded(history, sampler, kind, position, drop_last, dataset, found.module)
 
 
 def _located(shards: Path, length: int) -> Any:

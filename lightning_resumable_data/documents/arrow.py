@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from lightning_resumable_data.documents.corpus import CorpusPart, DocumentCorpus
+from lightning_resumable_data.documents.files import CorpusFile
 
 if TYPE_CHECKING:
     from lightning_resumable_data.remote.cache import ShardCache
@@ -76,11 +77,18 @@ def _parts(table: Any, column: str, source: str) -> tuple[list[CorpusPart], list
 
 
 def _corpus(
-    table: Any, column: str, source: str, reopen: tuple[Any, tuple[Any, ...]] | None = None
+    tables: list[Any],
+    names: list[str],
+    column: str,
+    source: str,
+    reopen: tuple[Any, tuple[Any, ...]] | None = None,
 ) -> DocumentCorpus:
+    """The corpus of ``tables`` (one per file of ``names``), concatenated."""
+    table = _pyarrow().concat_tables(tables) if len(tables) > 1 else tables[0]
     parts, lengths = _parts(table, column, source)
     flat = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
-    return DocumentCorpus(parts, flat, name=source, reopen=reopen)
+    files = [CorpusFile(name, t.num_rows) for name, t in zip(names, tables, strict=True)]
+    return DocumentCorpus(parts, flat, name=source, reopen=reopen, files=files)
 
 
 def open_hf_dataset(path: str | os.PathLike[str], column: str = "input_ids") -> DocumentCorpus:
@@ -124,8 +132,8 @@ def open_hf_dataset(path: str | os.PathLike[str], column: str = "input_ids") -> 
             tables.append(pa.ipc.open_stream(source).read_all())
         except pa.ArrowInvalid:
             tables.append(pa.ipc.open_file(source).read_all())
-    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-    return _corpus(table, column, str(root), (open_hf_dataset, (str(root), column)))
+    names = [str(file) for file in files]
+    return _corpus(tables, names, column, str(root), (open_hf_dataset, (str(root), column)))
 
 
 def open_parquet(
@@ -156,7 +164,7 @@ def open_parquet(
         ...
         ValueError: ... has no column 'input_ids'; its columns are ['text']. ...
     """
-    pa = _pyarrow()
+    _pyarrow()
     import pyarrow.parquet as pq
 
     items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
@@ -176,6 +184,5 @@ def open_parquet(
                 "Pass column= with the name of the token-id list column (e.g. 'input_ids')."
             )
         tables.append(pq.read_table(reader, columns=[column]))
-    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
     source = shown[0] if len(items) == 1 else f"{len(items)} Parquet files"
-    return _corpus(table, column, source)
+    return _corpus(tables, shown, column, source)

@@ -25,6 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from lightning_resumable_data.documents.files import CorpusFile
 from lightning_resumable_data.pins import dataset_pins
 
 __all__ = ["CorpusPart", "DocumentCorpus", "TokenSource", "check_document_lengths"]
@@ -106,6 +107,7 @@ class DocumentCorpus:
         name: What to call the corpus in errors (usually a file path).
         reopen: ``(function, args)`` that opens this corpus again: pickling (into a
             ``spawn`` worker) then sends that instead of the memory-mapped tokens.
+        files: The files the documents come from, in order (provenance; may be empty).
 
     Raises:
         ValueError: No documents, an empty document, or a part whose document count
@@ -124,8 +126,10 @@ class DocumentCorpus:
         *,
         name: str,
         reopen: tuple[Callable[..., DocumentCorpus], tuple[Any, ...]] | None = None,
+        files: Sequence[CorpusFile] = (),
     ) -> None:
         self.name = name
+        self.files = tuple(files)
         self._reopen = reopen
         self.parts = tuple(parts)
         self.lengths = lengths
@@ -270,11 +274,13 @@ class DocumentCorpus:
     def __reduce__(self) -> tuple[Any, ...]:
         if self._reopen is not None:
             return self._reopen
-        return (_rebuild, (self.parts, self.lengths, self.name))
+        return (_rebuild, (self.parts, self.lengths, self.name, self.files))
 
     def __repr__(self) -> str:
         return f"DocumentCorpus({self.name!r}, documents={len(self)}, parts={len(self.parts)})"
 
 
-def _rebuild(parts: Sequence[CorpusPart], lengths: IntArray, name: str) -> DocumentCorpus:
-    return DocumentCorpus(parts, lengths, name=name)
+def _rebuild(
+    parts: Sequence[CorpusPart], lengths: IntArray, name: str, files: Sequence[CorpusFile] = ()
+) -> DocumentCorpus:
+    return DocumentCorpus(parts, lengths, name=name, files=files)

@@ -44,6 +44,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from lightning_resumable_data.documents.corpus import CorpusPart, DocumentCorpus, TokenSource
+from lightning_resumable_data.documents.files import CorpusFile
 from lightning_resumable_data.documents.megatron_index import (
     MEGATRON_DTYPES,
     MEGATRON_MAGIC,
@@ -176,9 +177,11 @@ def open_megatron(
     if "://" in text:  # the URL again (with the same cache), not the cached .idx
         opener = partial(open_megatron, cache=cache, chunk_bytes=chunk_bytes)
         reopen = (partial(opener, verify_pointers=verify_pointers), (text,))
+    shown = str(binary) if isinstance(binary, Path) else binary.name
     if marks == count + 1 and (not verify_pointers or documents_are_identity(documents)):
         part = CorpusPart(tokens, pointers, dtype.itemsize)  # one sequence per document
-        return DocumentCorpus([part], lengths, name=source, reopen=reopen)
+        files = [CorpusFile(shown, count, tokens_at_byte_0=True)]
+        return DocumentCorpus([part], lengths, name=source, reopen=reopen, files=files)
     if not documents_rise(documents):
         raise bad_index(
             idx,
@@ -188,4 +191,5 @@ def open_megatron(
     ends = np.concatenate(([0], np.cumsum(lengths, dtype=np.int64)))
     doc_lengths = ends[documents[1:]] - ends[documents[:-1]]
     part = CorpusPart(tokens, ends[documents[:-1]])
-    return DocumentCorpus([part], doc_lengths, name=source, reopen=reopen)
+    files = [CorpusFile(shown, marks - 1, tokens_at_byte_0=True)]
+    return DocumentCorpus([part], doc_lengths, name=source, reopen=reopen, files=files)

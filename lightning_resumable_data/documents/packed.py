@@ -48,6 +48,7 @@ from numpy.typing import NDArray
 
 from lightning_resumable_data.documents._rows import packed_rows
 from lightning_resumable_data.documents.corpus import DocumentCorpus
+from lightning_resumable_data.index.inverse import feistel_inverse
 from lightning_resumable_data.index.packing import (
     DEFAULT_STRIDE,
     build_checkpoints,
@@ -68,6 +69,7 @@ PACKING_MODES: Final[tuple[str, ...]] = get_args(PackingMode)
 BOUNDARIES: Final[tuple[str, ...]] = get_args(Boundaries)
 _CACHED_EPOCHS: Final = 2
 Sample = dict[str, NDArray[Any]]
+Pieces = tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]]
 
 
 def _choice(name: str, value: str, choices: tuple[str, ...]) -> str:
@@ -150,6 +152,16 @@ class PackedDataset(torch.utils.data.Dataset[Sample]):
         return dataset_pins(self.corpus)
 
     @property
+    def packing(self) -> dict[str, Any]:
+        """How the corpus is packed (a data module saves it: ``lrd trace --documents``)."""
+        return {
+            "seq_len": self.seq_len, "mode": self.mode,
+            "eos_id": None if self.eos_id is None else int(self.eos_id),
+            "seed": self.seed, "shuffle_documents": self.shuffle_documents,
+            "documents": len(self.corpus), "stream_tokens": self.stream_tokens,
+        }  # fmt: skip
+
+    @property
     def tail_tokens(self) -> int:
         """Tokens at the end of each epoch's ``"concat"`` stream that are in no sample."""
         return 0 if self.mode == "pad" else self.stream_tokens % self.seq_len
@@ -172,6 +184,13 @@ class PackedDataset(torch.utils.data.Dataset[Sample]):
             while len(self._keys) > _CACHED_EPOCHS:
                 del self._keys[next(iter(self._keys))]
         return partial(_order, len(self.corpus), keys)
+
+    def positions(self, docs: NDArray[np.int64], epoch: int) -> NDArray[np.int64]:
+        """Where documents ``docs`` are in ``epoch``'s document order (its inverse, O(1) each)."""
+        order = self._order(epoch)
+        if order is None:
+            return np.array(docs, dtype=np.int64)
+        return feistel_inverse(docs, len(self.corpus), self._keys[epoch])
 
     def checkpoints(self, epoch: int) -> NDArray[np.int64]:
         """The index of ``epoch``: stream offsets every ``stride`` documents (built once)."""
@@ -223,12 +242,21 @@ class PackedDataset(torch.utils.data.Dataset[Sample]):
                 out[slot] = sample
         return out
 
+    def pieces(self, indices: NDArray[np.int64], epoch: int) -> Pieces:
+        """``"concat"``: the document pieces of samples ``indices`` (in ``[0, len)``).
+
+        ``(ranges, docs, begins, counts)`` of :func:`~.index.packing.locate_many`: piece
+        ``k`` of sample ``indices[ranges[k]]`` is ``counts[k]`` tokens of ``docs[k]`` from
+        ``begins[k]`` (offset ``lengths[doc]`` is the separator). No token is read.
+        """
+        return locate_many(
+            self.checkpoints(epoch), self.corpus.lengths, self.sep, self._order(epoch),
+            self.stride, indices * self.seq_len, self.seq_len,
+        )  # fmt: skip
+
     def _packed(self, indices: NDArray[np.int64], epoch: int) -> list[Sample]:
         lengths = self.corpus.lengths
-        ranges, docs, begins, counts = locate_many(
-            self.checkpoints(epoch), lengths, self.sep, self._order(epoch), self.stride,
-            indices * self.seq_len, self.seq_len,
-        )  # fmt: skip
+        ranges, docs, begins, counts = self.pieces(indices, epoch)
         real = np.minimum(counts, np.asarray(lengths[docs], dtype=np.int64) - begins)
         closing = real < counts  # pieces that end with the separator (one token)
         separators = (np.cumsum(counts) - counts + real)[closing] if self.sep else None

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from lightning_resumable_data.documents.corpus import CorpusPart, DocumentCorpus
+from lightning_resumable_data.documents.files import CorpusFile
 from lightning_resumable_data.shards.tokens import read_token_index
 
 __all__ = ["open_token_shard_documents"]
@@ -55,7 +56,7 @@ def open_token_shard_documents(
     """
     root = Path(directory)
     index = read_token_index(root)
-    parts, lengths = [], []
+    parts, lengths, files = [], [], []
     for file, size in zip(index.files, index.shard_bytes, strict=True):
         path = root / file
         if not path.exists() or path.stat().st_size != size:
@@ -78,4 +79,5 @@ def open_token_shard_documents(
             starts, ends = starts[keep], ends[keep]
         parts.append(CorpusPart(tokens, starts))
         lengths.append(ends - starts)
-    return DocumentCorpus(parts, np.concatenate(lengths), name=str(root))
+        files.append(CorpusFile(str(path), starts.size, tokens_at_byte_0=True))
+    return DocumentCorpus(parts, np.concatenate(lengths), name=str(root), files=files)

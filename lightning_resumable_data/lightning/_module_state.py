@@ -34,13 +34,20 @@ def data_config(dm: ResumableDataModule) -> dict[str, Any]:
     else:
         sources = {"": len(dataset)} if dataset is not None else {}  # type: ignore[arg-type]
     num_replicas, _ = dm.world()
-    return {
+    config = {
         "sources": sources,
         "seed": dm.seed,
         "num_replicas": num_replicas,
         "batch_size": dm.batch_size,
         "phases": [phase_dict(p) for p in dm.phases],
     }
+    items = dataset.items() if isinstance(dataset, Mapping) else [("", dataset)]
+    found = {name: getattr(d, "packing", None) for name, d in items}  # PackedDataset's
+    packing = {name: value for name, value in found.items() if isinstance(value, dict)}
+    if packing:  # for lrd trace --documents: how each packed source was packed
+        keys = bool(getattr(dm, "sample_keys", False))  # else the epoch is set_epoch's
+        config["packing"] = {n: {**value, "sample_keys": keys} for n, value in packing.items()}
+    return config
 
 
 def module_state(dm: ResumableDataModule) -> dict[str, Any]:
