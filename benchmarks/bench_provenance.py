@@ -31,8 +31,9 @@ import numpy as np
 from _harness import REPO_ROOT, table_header, table_row
 
 from lightning_resumable_data import DistributedSampler, MixtureDataset, MixtureSampler
+from lightning_resumable_data.lightning.find import find_sample
 from lightning_resumable_data.lightning.history import DataHistory
-from lightning_resumable_data.lightning.trace import find_sample, trace_step
+from lightning_resumable_data.lightning.trace import trace_step
 
 PROVENANCE = REPO_ROOT / "benchmarks" / "results" / "provenance.json"
 PROVENANCE_PAGE = REPO_ROOT / "docs" / "provenance.md"

@@ -27,10 +27,12 @@ from lightning_resumable_data import (
     ResumableDataCallback,
     ResumableDataModule,
 )
-from lightning_resumable_data.cli import CliError, main
-from lightning_resumable_data.cli.trace import find, trace
+from lightning_resumable_data.cli import main
+from lightning_resumable_data.cli.find import find
+from lightning_resumable_data.cli.trace import load, trace
+from lightning_resumable_data.lightning.find import find_sample
 from lightning_resumable_data.lightning.history import DataHistory, StepBatch
-from lightning_resumable_data.lightning.trace import find_sample, trace_step
+from lightning_resumable_data.lightning.trace import trace_step
 
 Ledger = dict[int, list[list[int]]]
 
@@ -128,8 +130,10 @@ def test_every_step_of_a_run_resumed_under_another_batch_size(tmp_path: Path) ->
     for sample in range(50):  # lrd find is the inverse: every step that trained it
         report = find(last, sample)
         steps = sorted(s for s, batches in ledger.items() for b in batches if sample in b)
-        assert [hit["step"] for hit in report["trained"]] == steps, sample
-        assert [hit["epoch"] for hit in report["trained"]] == [0, 1, 2]
+        done = [hit for hit in report["trained"] if not hit["planned"]]
+        assert [hit["step"] for hit in done] == steps, sample
+        assert [hit["epoch"] for hit in done] == [0, 1, 2]
+        assert [hit["epoch"] for hit in report["trained"] if hit["planned"]] == [3]  # next
     saved = torch.load(last, weights_only=False)["callbacks"]["ResumableDataCallback"]
     runs = DataHistory.from_state(saved["data_history"]).runs
     assert len(runs) <= 2 * 3 + 1, runs  # a run per epoch and layout, not one per step
@@ -163,10 +167,26 @@ def test_every_step_of_a_mixture_with_a_phase_and_online_changes(tmp_path: Path)
     )
     history = torch.load(last, weights_only=False)["callbacks"]["ResumableDataCallback"]
     assert len(DataHistory.from_state(history["data_history"]).changes) == 2
-    with pytest.raises(CliError, match="finding a sample follows single datasets"):
-        find(last, 3)
     for step, batches in sorted(ledger.items()):
         assert _traced(last, step) == batches, f"step {step}"
+    run = load(last, False)  # find is the inverse of trace: every sample, every step
+    traced = defaultdict(list)
+    for step in ledger:
+        for batch in trace_step(run.sampler, run.history, step):
+            (rank,) = batch.ranks
+            for at, index in zip(rank.positions.tolist(), rank.indices.tolist(), strict=True):
+                traced[index].append((batch.batch.epoch, step, 0, at))
+    for source, size, value in (("a", 30, 0), ("b", 20, 1000)):
+        for local in range(size):
+            hits = find_sample(run.sampler, run.history, local, source=source)
+            index = local + (0 if source == "a" else 30)
+            assert [(h.epoch, h.step, h.rank, h.position) for h in hits] == traced[index]
+            steps = [s for s, batches in ledger.items() for b in batches for v in b if v == value]
+            assert [hit.step for hit in hits] == sorted(steps), (source, local)
+            value += 1
+    assert sum(len(hits) for hits in traced.values()) == sum(
+        len(b) for batches in ledger.values() for b in batches
+    )
 
 
 def test_lrd_trace_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
