@@ -140,7 +140,9 @@ def test_every_step_of_a_run_resumed_under_another_batch_size(tmp_path: Path) ->
     assert all(run[5] == 2 for run in runs)  # accumulating 2
 
 
-def test_every_step_of_a_mixture_with_a_phase_and_online_changes(tmp_path: Path) -> None:
+def test_every_step_of_a_mixture_with_a_phase_and_online_changes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Two sources, a phase at step 4, online changes in epoch 0 and 2, a resume between."""
 
     class Online(pl.Callback):
@@ -187,6 +189,23 @@ def test_every_step_of_a_mixture_with_a_phase_and_online_changes(tmp_path: Path)
     assert sum(len(hits) for hits in traced.values()) == sum(
         len(b) for batches in ledger.values() for b in batches
     )
+    assert main(["find", str(last), "--sample", "3"]) == 2  # lrd find: by source
+    err = capsys.readouterr().err
+    assert "trained over a mixture (sources a, b)" in err
+    assert "pass --source NAME (one of a, b) with --sample I" in err
+    assert main(["find", str(last), "--sample", "3", "--source", "b", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    expected = [vars(h) for h in find_sample(run.sampler, run.history, 3, source="b")]
+    assert [hit for hit in report["trained"] if not hit["planned"]] == expected
+    assert (report["source"], report["sampler"]) == ("b", "MixtureSampler")
+    assert main(["find", str(last), "--sample", "3", "--source", "b", "--epochs", "1:3"]) == 0
+    text = capsys.readouterr().out.splitlines()
+    assert text[0].startswith(f"sample b:3 of {last} (MixtureSampler): trained ")
+    assert text[0].endswith("(epochs 1 to 2)")
+    shown = [h for h in expected if 1 <= h["epoch"] < 3]
+    assert [line.split(",")[0] for line in text[1:]] == [f"  epoch {h['epoch']}" for h in shown]
+    assert main(["find", str(last), "--sample", "3", "--source", "c"]) == 2
+    assert "the mixture has no source 'c'; its sources are ['a', 'b']" in capsys.readouterr().err
 
 
 def test_lrd_trace_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -215,6 +234,16 @@ def test_lrd_trace_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert "step 4, rank 0" in out
     assert main(["find", str(last), "--sample", "20"]) == 2
     assert "sample 20 is out of range for a dataset of 20 samples" in capsys.readouterr().err
+    assert main(["find", str(last), "--sample", "3", "--source", "a"]) == 2
+    assert "names a source of a mixture, but this run read a single" in capsys.readouterr().err
+    for bad, says in (("2:1", "is empty or negative"), ("x", "is not an epoch range")):
+        assert main(["find", str(last), "--sample", "3", "--epochs", bad]) == 2
+        assert f"--epochs {bad!r} {says}" in capsys.readouterr().err
+    assert main(["find", str(last), "--sample", str(sample), "--epochs", "1:3"]) == 0
+    lines = capsys.readouterr().out.splitlines()  # steps 6 to 9 of epoch 1, then epoch 2
+    assert lines[0].endswith(", planned 2 times after (epochs 1 to 2)")
+    assert [line.endswith(", planned") for line in lines[1:]] == [True, True]
+    assert [line.split(",")[0] for line in lines[1:]] == ["  epoch 1", "  epoch 2"]
     assert main(["inspect", str(last), "--json"]) == 0  # lrd inspect says what is recorded
     history = json.loads(capsys.readouterr().out)["history"]
     assert history == {  # 2 epochs, nothing cut
