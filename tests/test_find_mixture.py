@@ -10,14 +10,16 @@ there by ``find_sample``, and nowhere else; the same for the steps after the rec
 from __future__ import annotations
 
 from collections import defaultdict
+from unittest.mock import patch
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lightning_resumable_data import DistributedSampler, MixtureDataset, MixtureSampler
+from lightning_resumable_data.lightning import _mixture_inverse
 from lightning_resumable_data.lightning._step_ranges import epoch_batches
-from lightning_resumable_data.lightning.find import Occurrence, find_sample
+from lightning_resumable_data.lightning.find import Occurrence, find_sample, scan
 from lightning_resumable_data.lightning.history import DataHistory
 from lightning_resumable_data.lightning.trace import replay_changes, trace_step
 
@@ -71,8 +73,14 @@ def _found(found: list[Occurrence], planned: bool) -> list[tuple[int, int, int, 
 
 
 @settings(max_examples=30, deadline=None)
-@given(st.data())
-def test_find_is_the_inverse_of_trace_for_a_mixture(data: st.DataObject) -> None:
+@given(st.data(), st.booleans())
+def test_find_is_the_inverse_of_trace_for_a_mixture(data: st.DataObject, invert: bool) -> None:
+    """``invert``: the passes' inverse and bisection always (else: as costs choose, a scan)."""
+    with patch.object(_mixture_inverse, "BISECTION_COST", 0 if invert else 1 << 62):
+        _find_is_the_inverse_of_trace_for_a_mixture(data)
+
+
+def _find_is_the_inverse_of_trace_for_a_mixture(data: st.DataObject) -> None:
     sizes = data.draw(st.lists(st.integers(1, 20), min_size=2, max_size=3))
     mix = MixtureDataset({f"s{i}": range(n) for i, n in enumerate(sizes)})
     weights = data.draw(st.lists(st.floats(0.1, 4.0), min_size=len(sizes), max_size=len(sizes)))
@@ -148,3 +156,36 @@ def test_find_by_source_refusals() -> None:
     hits = find_sample(sampler, history, 1, source="b")
     assert hits == find_sample(sampler, history, 6)
     assert find_sample(sampler, history, 6, epochs=(1, None)) == []
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.integers(1, 300), min_size=2, max_size=3),
+    st.integers(5, 2000),
+    st.integers(0, 2**20),
+    st.data(),
+)
+def test_the_mixture_inverse_is_the_scan(
+    sizes: list[int], budget: int, seed: int, data: st.DataObject
+) -> None:
+    """Passes inverted (Feistel and tiny exact shuffles) and draws bisected: the scan's places."""
+    mix = MixtureDataset({f"s{i}": range(n) for i, n in enumerate(sizes)})
+    weights = data.draw(st.lists(st.floats(0.1, 4.0), min_size=len(sizes), max_size=len(sizes)))
+    sampler = MixtureSampler(mix, weights, 1, 0, seed=seed, samples_per_epoch=budget)
+    change = data.draw(st.lists(st.floats(0.0, 4.0), min_size=len(sizes), max_size=len(sizes)))
+    change[-1] += 0.5
+    kind = data.draw(st.sampled_from(["online", "declared"]))
+    sampler.update_weights(change, epoch=0, position=data.draw(st.integers(0, budget)), kind=kind)
+    with patch.object(_mixture_inverse, "BISECTION_COST", 0):
+        for target in data.draw(st.lists(st.integers(0, len(mix) - 1), min_size=1, max_size=4)):
+            for epoch in (0, 1):
+                found = _mixture_inverse.mixture_positions(sampler, epoch, target)
+                assert found == scan(sampler, epoch, target), (target, epoch)
+
+
+def test_a_sample_drawn_often_is_left_to_the_scan() -> None:
+    mix = MixtureDataset({"a": range(3), "b": range(10**6)})
+    sampler = MixtureSampler(mix, [1.0, 1.0], 1, 0, samples_per_epoch=10**5)
+    assert _mixture_inverse.mixture_positions(sampler, 0, 1) is None  # 16,667 draws: scan
+    for target in range(3, 10**6, 99_991):  # drawn at most once: inverted
+        assert _mixture_inverse.mixture_positions(sampler, 0, target) == scan(sampler, 0, target)

@@ -7,9 +7,11 @@ over the epoch's order:
 * a single dataset's Feistel or unshuffled order: O(1) an epoch
   (:func:`~lightning_resumable_data.index.inverse.order_positions`); ``randperm``: one
   vectorised pass over the epoch;
-* a mixture: one vectorised pass over the epoch's order, in chunks of ``CHUNK`` positions
-  (time in proportion to the epoch, memory bounded); a source is read as passes, so a
-  sample can be drawn several times in an epoch, and every draw is found.
+* a mixture: its source's passes inverted at the sample, each draw placed by bisection
+  (:mod:`~lightning_resumable_data.lightning._mixture_inverse`: O(passes + hits x log^2 L),
+  each position checked against the forward order; if one failed, :func:`scan`, one
+  vectorised pass over the epoch). A source is read as passes, so a sample can be drawn
+  several times in an epoch, and every draw is found.
 
 A base position cut from its epoch (a recorded ``lrd skip`` or quarantine) was never read;
 the others are mapped to the order that remains and looked up in the record's batches
@@ -31,13 +33,14 @@ from typing import Final
 
 import numpy as np
 
+from lightning_resumable_data.lightning._mixture_inverse import mixture_positions
 from lightning_resumable_data.lightning._step_ranges import epoch_batches
 from lightning_resumable_data.lightning.history import DataHistory, StepBatch
 from lightning_resumable_data.lightning.trace import View, _base, _count, _epoch_order
 from lightning_resumable_data.samplers.distributed import DistributedSampler
 from lightning_resumable_data.samplers.mixture import MixtureSampler
 
-__all__ = ["CHUNK", "Occurrence", "find_sample", "sample_index"]
+__all__ = ["CHUNK", "Occurrence", "find_sample", "sample_index", "scan"]
 
 CHUNK: Final = 1 << 20  # positions of a mixture's order computed at once by find
 
@@ -153,11 +156,9 @@ def _positions(
     """Where ``target`` sits in ``epoch``'s order as read (less its cuts), padded tail too."""
     view = _epoch_order(sampler, history, epoch)
     length, cuts = view[1], view[2]
-    if isinstance(sampler, MixtureSampler):  # no inverse: one vectorised pass, in chunks
-        order, bases = sampler._order(epoch), []
-        for at in range(0, sampler.epoch_length, CHUNK):
-            chunk = np.arange(at, min(at + CHUNK, sampler.epoch_length), dtype=np.int64)
-            bases += (np.flatnonzero(order(chunk) == target) + at).tolist()
+    if isinstance(sampler, MixtureSampler):
+        found = mixture_positions(sampler, epoch, target)
+        bases = scan(sampler, epoch, target) if found is None else found
     else:
         bases = [int(sampler._positions(epoch, np.array([target], np.int64))[0])]
     for base in bases:
@@ -166,6 +167,18 @@ def _positions(
         at = base - sum(end - start for start, end in cuts if end <= base)
         for padded in (at, at + length):  # the padded tail wraps around
             yield padded, view
+
+
+def scan(sampler: DistributedSampler, epoch: int, target: int) -> list[int]:
+    """Every position of ``epoch``'s whole order holding ``target``: one vectorised pass.
+
+    In chunks of ``CHUNK`` positions (time in proportion to the epoch, memory bounded).
+    """
+    order, bases = sampler._order(epoch), []
+    for at in range(0, sampler.epoch_length, CHUNK):
+        chunk = np.arange(at, min(at + CHUNK, sampler.epoch_length), dtype=np.int64)
+        bases += (np.flatnonzero(order(chunk) == target) + at).tolist()
+    return bases
 
 
 @dataclass(frozen=True)
