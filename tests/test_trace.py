@@ -14,6 +14,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 import lightning.pytorch as pl
 import pytest
@@ -30,6 +31,7 @@ from lightning_resumable_data import (
 from lightning_resumable_data.cli import main
 from lightning_resumable_data.cli.find import find
 from lightning_resumable_data.cli.trace import load, trace
+from lightning_resumable_data.lightning import _mixture_inverse
 from lightning_resumable_data.lightning.find import find_sample
 from lightning_resumable_data.lightning.history import DataHistory, StepBatch
 from lightning_resumable_data.lightning.trace import trace_step
@@ -181,6 +183,8 @@ def test_every_step_of_a_mixture_with_a_phase_and_online_changes(
     for source, size, value in (("a", 30, 0), ("b", 20, 1000)):
         for local in range(size):
             hits = find_sample(run.sampler, run.history, local, source=source)
+            with patch.object(_mixture_inverse, "BISECTION_COST", 0):  # the inverse, not a scan
+                assert find_sample(run.sampler, run.history, local, source=source) == hits
             index = local + (0 if source == "a" else 30)
             assert [(h.epoch, h.step, h.rank, h.position) for h in hits] == traced[index]
             steps = [s for s, batches in ledger.items() for b in batches for v in b if v == value]
