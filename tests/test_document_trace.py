@@ -223,8 +223,9 @@ def test_cli_packing_modes_are_the_dataset_s() -> None:
     assert SPELLED == PACKING_MODES
 
 
-def test_a_mixture_source_is_traced_by_name_and_find_refuses(tmp_path: Path) -> None:
-    """Two packed sources; ``--documents web=PREFIX`` traces the web samples' pieces."""
+def test_a_mixture_source_is_traced_and_found_by_name(tmp_path: Path) -> None:
+    """Two packed sources; ``--documents web=PREFIX`` traces the web samples' pieces, and
+    ``lrd find --document`` finds a web document through the mixture's inverse."""
     write_megatron(tmp_path / "web", _documents(60), dtype=np.int32)
     write_megatron(tmp_path / "code", [[7] * 20] * 30, dtype=np.int32)
     web, code = open_megatron(tmp_path / "web"), open_megatron(tmp_path / "code")
@@ -263,8 +264,21 @@ def test_a_mixture_source_is_traced_by_name_and_find_refuses(tmp_path: Path) -> 
             assert tokens == row, step
             traced += 1
     assert traced > 20
-    with pytest.raises(CliError, match="cannot find a document of mixture source 'web'"):
-        find_documents(last, _args("find", str(last), "--document", "3", *packing))
+    # find through the mixture's inverse: every step whose rows hold a token of web's
+    # document 3 (tokens 3001.., 1000 * d + t + 1), each with the piece's tokens in a row
+    found = find_documents(last, _args("find", str(last), "--document", "3", *packing))
+    hits = [(h["step"], h["start"], h["stop"]) for h in found["trained"]]
+    holding = {
+        step
+        for step, batches in model.ledger.items()
+        for row in batches[0]
+        if any(3000 < token <= 3030 for token in row)
+    }
+    assert {step for step, start, stop in hits if stop > start} == holding, hits
+    for step, start, stop in hits:
+        piece = [3001 + t for t in range(start, stop)]
+        rows = model.ledger[step][0]
+        assert any(row[i : i + len(piece)] == piece for row in rows for i in range(len(row)))
     bad = ["--documents", str(tmp_path / "web"), *packing[2:]]
     with pytest.raises(CliError, match="name the source"):
         trace_documents(last, _args("trace", str(last), "--step", "0", *bad))

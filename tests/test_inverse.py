@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 from lightning_resumable_data import DistributedSampler
 from lightning_resumable_data.index.inverse import feistel_inverse, order_positions
 from lightning_resumable_data.index.permutation import feistel_keys, feistel_permute
+from lightning_resumable_data.lightning.find import find_sample
 from lightning_resumable_data.lightning.history import DataHistory
-from lightning_resumable_data.lightning.trace import find_sample, trace_step
+from lightning_resumable_data.lightning.trace import trace_step
 
 
 @settings(max_examples=150, deadline=None)

@@ -14,6 +14,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 import lightning.pytorch as pl
 import pytest
@@ -27,10 +28,13 @@ from lightning_resumable_data import (
     ResumableDataCallback,
     ResumableDataModule,
 )
-from lightning_resumable_data.cli import CliError, main
-from lightning_resumable_data.cli.trace import find, trace
+from lightning_resumable_data.cli import main
+from lightning_resumable_data.cli.find import find
+from lightning_resumable_data.cli.trace import load, trace
+from lightning_resumable_data.lightning import _mixture_inverse
+from lightning_resumable_data.lightning.find import find_sample
 from lightning_resumable_data.lightning.history import DataHistory, StepBatch
-from lightning_resumable_data.lightning.trace import find_sample, trace_step
+from lightning_resumable_data.lightning.trace import trace_step
 
 Ledger = dict[int, list[list[int]]]
 
@@ -128,15 +132,19 @@ def test_every_step_of_a_run_resumed_under_another_batch_size(tmp_path: Path) ->
     for sample in range(50):  # lrd find is the inverse: every step that trained it
         report = find(last, sample)
         steps = sorted(s for s, batches in ledger.items() for b in batches if sample in b)
-        assert [hit["step"] for hit in report["trained"]] == steps, sample
-        assert [hit["epoch"] for hit in report["trained"]] == [0, 1, 2]
+        done = [hit for hit in report["trained"] if not hit["planned"]]
+        assert [hit["step"] for hit in done] == steps, sample
+        assert [hit["epoch"] for hit in done] == [0, 1, 2]
+        assert [hit["epoch"] for hit in report["trained"] if hit["planned"]] == [3]  # next
     saved = torch.load(last, weights_only=False)["callbacks"]["ResumableDataCallback"]
     runs = DataHistory.from_state(saved["data_history"]).runs
     assert len(runs) <= 2 * 3 + 1, runs  # a run per epoch and layout, not one per step
     assert all(run[5] == 2 for run in runs)  # accumulating 2
 
 
-def test_every_step_of_a_mixture_with_a_phase_and_online_changes(tmp_path: Path) -> None:
+def test_every_step_of_a_mixture_with_a_phase_and_online_changes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Two sources, a phase at step 4, online changes in epoch 0 and 2, a resume between."""
 
     class Online(pl.Callback):
@@ -163,10 +171,45 @@ def test_every_step_of_a_mixture_with_a_phase_and_online_changes(tmp_path: Path)
     )
     history = torch.load(last, weights_only=False)["callbacks"]["ResumableDataCallback"]
     assert len(DataHistory.from_state(history["data_history"]).changes) == 2
-    with pytest.raises(CliError, match="finding a sample follows single datasets"):
-        find(last, 3)
     for step, batches in sorted(ledger.items()):
         assert _traced(last, step) == batches, f"step {step}"
+    run = load(last, False)  # find is the inverse of trace: every sample, every step
+    traced = defaultdict(list)
+    for step in ledger:
+        for batch in trace_step(run.sampler, run.history, step):
+            (rank,) = batch.ranks
+            for at, index in zip(rank.positions.tolist(), rank.indices.tolist(), strict=True):
+                traced[index].append((batch.batch.epoch, step, 0, at))
+    for source, size, value in (("a", 30, 0), ("b", 20, 1000)):
+        for local in range(size):
+            hits = find_sample(run.sampler, run.history, local, source=source)
+            with patch.object(_mixture_inverse, "BISECTION_COST", 0):  # the inverse, not a scan
+                assert find_sample(run.sampler, run.history, local, source=source) == hits
+            index = local + (0 if source == "a" else 30)
+            assert [(h.epoch, h.step, h.rank, h.position) for h in hits] == traced[index]
+            steps = [s for s, batches in ledger.items() for b in batches for v in b if v == value]
+            assert [hit.step for hit in hits] == sorted(steps), (source, local)
+            value += 1
+    assert sum(len(hits) for hits in traced.values()) == sum(
+        len(b) for batches in ledger.values() for b in batches
+    )
+    assert main(["find", str(last), "--sample", "3"]) == 2  # lrd find: by source
+    err = capsys.readouterr().err
+    assert "trained over a mixture (sources a, b)" in err
+    assert "pass --source NAME (one of a, b) with --sample I" in err
+    assert main(["find", str(last), "--sample", "3", "--source", "b", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    expected = [vars(h) for h in find_sample(run.sampler, run.history, 3, source="b")]
+    assert [hit for hit in report["trained"] if not hit["planned"]] == expected
+    assert (report["source"], report["sampler"]) == ("b", "MixtureSampler")
+    assert main(["find", str(last), "--sample", "3", "--source", "b", "--epochs", "1:3"]) == 0
+    text = capsys.readouterr().out.splitlines()
+    assert text[0].startswith(f"sample b:3 of {last} (MixtureSampler): trained ")
+    assert text[0].endswith("(epochs 1 to 2)")
+    shown = [h for h in expected if 1 <= h["epoch"] < 3]
+    assert [line.split(",")[0] for line in text[1:]] == [f"  epoch {h['epoch']}" for h in shown]
+    assert main(["find", str(last), "--sample", "3", "--source", "c"]) == 2
+    assert "the mixture has no source 'c'; its sources are ['a', 'b']" in capsys.readouterr().err
 
 
 def test_lrd_trace_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -195,6 +238,16 @@ def test_lrd_trace_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert "step 4, rank 0" in out
     assert main(["find", str(last), "--sample", "20"]) == 2
     assert "sample 20 is out of range for a dataset of 20 samples" in capsys.readouterr().err
+    assert main(["find", str(last), "--sample", "3", "--source", "a"]) == 2
+    assert "names a source of a mixture, but this run read a single" in capsys.readouterr().err
+    for bad, says in (("2:1", "is empty or negative"), ("x", "is not an epoch range")):
+        assert main(["find", str(last), "--sample", "3", "--epochs", bad]) == 2
+        assert f"--epochs {bad!r} {says}" in capsys.readouterr().err
+    assert main(["find", str(last), "--sample", str(sample), "--epochs", "1:3"]) == 0
+    lines = capsys.readouterr().out.splitlines()  # steps 6 to 9 of epoch 1, then epoch 2
+    assert lines[0].endswith(", planned 2 times after (epochs 1 to 2)")
+    assert [line.endswith(", planned") for line in lines[1:]] == [True, True]
+    assert [line.split(",")[0] for line in lines[1:]] == ["  epoch 1", "  epoch 2"]
     assert main(["inspect", str(last), "--json"]) == 0  # lrd inspect says what is recorded
     history = json.loads(capsys.readouterr().out)["history"]
     assert history == {  # 2 epochs, nothing cut

@@ -16,7 +16,8 @@ import torch
 
 from lightning_resumable_data import ResumableDataModule
 from lightning_resumable_data.cli import main
-from lightning_resumable_data.cli.trace import trace
+from lightning_resumable_data.cli.trace import load, trace
+from lightning_resumable_data.lightning.find import find_sample
 
 
 class Recorder(pl.LightningModule):
@@ -65,6 +66,12 @@ def test_planned_steps_are_what_the_trainer_then_trains(tmp_path: Path) -> None:
     for step, batches in rest.ledger.items():
         assert _traced(seven, step) == (True, batches), step
     assert _traced(seven, 6)[0] is False  # a recorded step is not planned
+    run = load(seven, False)  # lrd find: the same steps, planned, for every sample
+    for sample in range(50):
+        hits = find_sample(run.sampler, run.history, sample, epochs=(0, 3), position=run.position)
+        ahead = [hit.step for hit in hits if hit.planned]
+        assert ahead == sorted(s for s, b in rest.ledger.items() for x in b if sample in x)
+        assert all(hit.step < 7 for hit in hits if not hit.planned)
 
 
 def test_planned_steps_follow_lrd_skip_and_lrd_quarantine(tmp_path: Path) -> None:

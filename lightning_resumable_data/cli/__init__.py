@@ -5,7 +5,8 @@
 * ``lrd plan CONFIG``: the phases of a mixture schedule, the samples each source gives in
   each phase, and how many passes over each source the whole run makes.
 * ``lrd trace CHECKPOINT --step N``: the samples each rank trained at optimizer step N.
-* ``lrd find CHECKPOINT --sample I``: every epoch, step and rank that trained sample I.
+* ``lrd find CHECKPOINT --sample I [--source S] [--epochs A:B]``: every epoch, step and
+  rank that trained sample I (or will: planned).
 * ``lrd skip CHECKPOINT --steps A:B -o NEW``: a copy whose data state cuts steps A to B-1.
 * ``lrd quarantine CHECKPOINT --samples I,J -o NEW``: a copy that never draws those again.
 
@@ -111,13 +112,15 @@ def build_parser() -> argparse.ArgumentParser:
         "find",
         help="every epoch, step and rank that trained a sample",
         description="From the data history a checkpoint holds, list every (epoch, optimizer "
-        "step, rank) at which dataset sample I was trained (single datasets).",
+        "step, rank) at which sample I was trained, and the steps after the checkpoint that "
+        "will train it (planned: the rest of its epoch, or to the end of --epochs).",
     )
     find.add_argument("checkpoint", type=Path, metavar="CHECKPOINT", help="a .ckpt file")
     find.add_argument("--sample", type=_at_least(0), metavar="I", help="index")
+    find.add_argument("--source", metavar="S", help="a mixture's source (I: index within it)")
+    find.add_argument("--epochs", metavar="A:B", help="only epochs A to B-1 (A: and :B too)")
     find.add_argument("--unsafe-unpickle", action="store_true", help=argparse.SUPPRESS)
     find.add_argument("--document", type=_at_least(0), metavar="D", help="document (--documents)")
-    find.add_argument("--epochs", metavar="A:B", help="with --document: only epochs A to B-1")
     skip = commands.add_parser(
         "skip",
         help="a copy of a checkpoint whose data state cuts the data of some steps",
@@ -206,13 +209,18 @@ def _run(args: argparse.Namespace) -> int:
     if args.command in ("find", "trace") and (args.documents or getattr(args, "document", None)):
         return _run_documents(args)
     if args.command == "find":
-        from lightning_resumable_data.cli.trace import find, format_find
+        from lightning_resumable_data.cli.find import find, format_find, parse_epochs
 
         if args.sample is None:
             raise CliError("lrd find needs --sample I (or --document D with --documents SPEC)")
 
         found = find(
-            args.checkpoint, args.sample, unsafe_unpickle=args.unsafe_unpickle, shards=args.shards
+            args.checkpoint,
+            args.sample,
+            source=args.source,
+            epochs=None if args.epochs is None else parse_epochs(args.epochs),
+            unsafe_unpickle=args.unsafe_unpickle,
+            shards=args.shards,
         )
         print(json.dumps(found, indent=2) if args.json else format_find(found))
         return 0

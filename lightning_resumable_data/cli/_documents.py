@@ -17,7 +17,8 @@ from typing import Any
 
 from lightning_resumable_data.cli._documents_args import UNSET
 from lightning_resumable_data.cli._errors import CliError
-from lightning_resumable_data.cli.trace import _batch_json, _load
+from lightning_resumable_data.cli.find import parse_epochs
+from lightning_resumable_data.cli.trace import _batch_json, load
 from lightning_resumable_data.documents.packed import PackedDataset
 from lightning_resumable_data.lightning.document_trace import (
     check_packed,
@@ -128,7 +129,7 @@ def open_spec(args: argparse.Namespace, saved: dict[str, Any] | None = None) -> 
 
 
 def _checked(path: Path, args: argparse.Namespace) -> tuple[Any, Spec, int]:
-    run = _load(path, args.unsafe_unpickle, getattr(args, "shards", None))
+    run = load(path, args.unsafe_unpickle, getattr(args, "shards", None))
     saved = ((run.module or {}).get("config") or {}).get("packing")
     spec = open_spec(args, saved if isinstance(saved, dict) else None)
     try:
@@ -180,11 +181,8 @@ def find_documents(path: Path, args: argparse.Namespace) -> dict[str, Any]:
     run, spec, _ = _checked(path, args)
     epochs = None
     if args.epochs is not None:
-        low, _, high = str(args.epochs).partition(":")
-        try:
-            epochs = (int(low or 0), int(high) if high else 2**63 - 1)
-        except ValueError:
-            raise CliError(f"--epochs {args.epochs!r} is not A:B (epochs A to B-1)") from None
+        first, stop = parse_epochs(args.epochs)
+        epochs = (first, 2**63 - 1 if stop is None else stop)
     try:
         found = find_document(
             run.sampler, run.history, spec.dataset, args.document,

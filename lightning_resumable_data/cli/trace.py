@@ -1,4 +1,4 @@
-"""``lrd trace`` and ``lrd find``: what a step trained, and when a sample was trained.
+"""``lrd trace``: what a step trained (``lrd find``, its inverse: :mod:`.find`).
 
 The checkpoint's ``ResumableDataCallback`` entry holds the run's data history (where every
 batch began; :mod:`~lightning_resumable_data.lightning.history`), and its loader state the
@@ -18,15 +18,10 @@ from lightning_resumable_data.cli._errors import CliError
 from lightning_resumable_data.cli._reading import find_data_state, load_checkpoint
 from lightning_resumable_data.lightning.history import DataHistory
 from lightning_resumable_data.lightning.locations import sample_locations
-from lightning_resumable_data.lightning.trace import (
-    TracedBatch,
-    find_sample,
-    replay_changes,
-    trace_step,
-)
+from lightning_resumable_data.lightning.trace import TracedBatch, replay_changes, trace_step
 from lightning_resumable_data.samplers.distributed import DistributedSampler
 
-__all__ = ["find", "format_find", "format_trace", "trace"]
+__all__ = ["Loaded", "format_trace", "load", "trace"]
 
 
 @dataclass
@@ -42,7 +37,7 @@ class Loaded:
     module: Any = None  # the data module's saved entry (its config), if any
 
 
-def _load(path: Path, unsafe_unpickle: bool, shards: Path | None = None) -> Loaded:
+def load(path: Path, unsafe_unpickle: bool, shards: Path | None = None) -> Loaded:
     """The checkpoint's record, sampler (with the run's schedule), position and drop_last.
 
     A ``ShardedSampler``'s order needs its shards' sizes: ``shards`` is their folder.
@@ -123,9 +118,9 @@ def trace(
     """What ``lrd trace`` shows, as a JSON-serialisable dict.
 
     Raises:
-        CliError: What :func:`_load` refuses, or a step the history does not cover.
+        CliError: What :func:`load` refuses, or a step the history does not cover.
     """
-    run = _load(path, unsafe_unpickle, shards)
+    run = load(path, unsafe_unpickle, shards)
     try:
         batches = trace_step(
             run.sampler, run.history, step, ranks, position=run.position, drop_last=run.drop_last
@@ -139,53 +134,6 @@ def trace(
         "planned": any(batch.planned for batch in batches),
         "batches": [_batch_json(batch, run.dataset) for batch in batches],
     }
-
-
-def find(
-    path: Path, sample: int, *, unsafe_unpickle: bool = False, shards: Path | None = None
-) -> dict[str, Any]:
-    """What ``lrd find`` shows: every recorded (epoch, step, rank) that trained ``sample``.
-
-    Raises:
-        CliError: What :func:`_load` refuses, a mixture, or a sample out of range.
-    """
-    run = _load(path, unsafe_unpickle, shards)
-    history, kind = run.history, run.kind
-    try:
-        found = find_sample(run.sampler, history, sample)
-    except ValueError as error:
-        raise CliError(f"{path}: {error}", hint="lrd trace names a step's samples.") from None
-    finished = history.finished_steps
-    return {
-        "checkpoint": str(path),
-        "sample": sample,
-        "sampler": kind,
-        "steps_recorded": None if finished is None else list(finished),
-        "trained": [vars(occurrence) for occurrence in found],
-    }
-
-
-def format_find(report: dict[str, Any]) -> str:
-    """The text ``lrd find`` prints.
-
-    Example:
-        >>> print(format_find({"checkpoint": "c.ckpt", "sample": 5, "sampler": "S",
-        ...     "steps_recorded": [0, 9], "trained": [
-        ...         {"epoch": 0, "step": 1, "rank": 1, "position": 5}]}))
-        sample 5 of c.ckpt (S): trained 1 time in steps 0 to 9
-          epoch 0, step 1, rank 1 (global position 5)
-    """
-    trained, steps = report["trained"], report["steps_recorded"]
-    times = "1 time" if len(trained) == 1 else f"{len(trained)} times"
-    where = f"steps {steps[0]} to {steps[1]}" if steps else "no recorded step"
-    lines = [f"sample {report['sample']} of {report['checkpoint']} ({report['sampler']}): "
-             f"trained {times} in {where}"]  # fmt: skip
-    for hit in trained:
-        lines.append(
-            f"  epoch {hit['epoch']}, step {hit['step']}, rank {hit['rank']} "
-            f"(global position {hit['position']})"
-        )
-    return "\n".join(lines)
 
 
 def _batch_json(batch: TracedBatch, dataset: Any = None) -> dict[str, Any]:

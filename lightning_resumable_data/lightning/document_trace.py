@@ -7,7 +7,7 @@
 epoch: the packing of ``"concat"`` changes every epoch). :func:`find_document` is the
 inverse over the record: the samples that hold document ``D`` in each recorded epoch
 (:func:`~lightning_resumable_data.documents.provenance.document_samples`), then where each
-was trained (:func:`~.trace.find_sample`). Nothing is read or replayed.
+was trained (:func:`~.find.find_sample`). Nothing is read or replayed.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from dataclasses import dataclass
 
 from lightning_resumable_data.documents.packed import PackedDataset
 from lightning_resumable_data.documents.provenance import Piece, document_samples, sample_pieces
+from lightning_resumable_data.lightning.find import find_sample
 from lightning_resumable_data.lightning.history import DataHistory
-from lightning_resumable_data.lightning.trace import RankSamples, find_sample
+from lightning_resumable_data.lightning.trace import RankSamples
 from lightning_resumable_data.samplers.distributed import DistributedSampler
 from lightning_resumable_data.samplers.mixture import MixtureSampler
 
@@ -101,7 +102,7 @@ def find_document(
     """Every recorded (epoch, step, rank) at which a piece of ``document`` was trained.
 
     Args:
-        sampler: The run's sampler (as for :func:`~.trace.find_sample`).
+        sampler: The run's sampler (as for :func:`~.find.find_sample`).
         history: The run's record.
         dataset: The packed dataset, as the run built it (same corpus and packing).
         document: The document id in the corpus.
@@ -109,8 +110,7 @@ def find_document(
         epochs: Only epochs ``A <= epoch < B``.
 
     Raises:
-        ValueError: What :func:`check_packed` refuses; a mixture, while
-            :func:`~.trace.find_sample` cannot invert a mixture's order.
+        ValueError: What :func:`check_packed` or :func:`~.find.find_sample` refuses.
         IndexError: ``document`` outside the corpus.
     """
     offset = check_packed(sampler, dataset, source)
@@ -119,19 +119,9 @@ def find_document(
         if epochs is not None and not epochs[0] <= epoch < epochs[1]:
             continue
         for piece in document_samples(dataset, document, epoch):
-            try:
-                hits = find_sample(sampler, history, offset + piece.sample)
-            except ValueError as error:
-                if isinstance(sampler, MixtureSampler):
-                    raise ValueError(
-                        f"cannot find a document of mixture source {source!r}: {error}"
-                    ) from None
-                raise
-            for hit in hits:
-                if hit.epoch == epoch:
-                    where = (piece.sample, piece.start, piece.stop, piece.eos)
-                    found.append(
-                        DocumentOccurrence(epoch, hit.step, hit.rank, hit.position, *where)
-                    )
+            where = (piece.sample, piece.start, piece.stop, piece.eos)
+            at = (epoch, epoch + 1)  # the packing of this epoch holds the piece there
+            for hit in find_sample(sampler, history, offset + piece.sample, epochs=at):
+                found.append(DocumentOccurrence(epoch, hit.step, hit.rank, hit.position, *where))
     found.sort(key=lambda hit: (hit.step, hit.rank, hit.position))
     return found

@@ -37,10 +37,8 @@ from lightning_resumable_data.samplers.mixture import MixtureSampler
 View = tuple[Order, int, list[tuple[int, int]]]  # an epoch's order as read, length, cuts
 
 __all__ = [
-    "Occurrence",
     "RankSamples",
     "TracedBatch",
-    "find_sample",
     "replay_changes",
     "trace_step",
 ]
@@ -208,62 +206,6 @@ def replay_changes(sampler: DistributedSampler, history: DataHistory) -> None:
     for epoch, position, temperature, *weights in history.changes:
         where = {"epoch": int(epoch), "position": int(position)}
         sampler.update_weights(weights, temperature, **where, kind="online")
-
-
-@dataclass(frozen=True)
-class Occurrence:
-    """Where a sample was trained: the epoch, optimizer step, rank and global position."""
-
-    epoch: int
-    step: int
-    rank: int
-    position: int
-
-
-def find_sample(sampler: DistributedSampler, history: DataHistory, index: int) -> list[Occurrence]:
-    """Every (epoch, step, rank) of the record at which dataset ``index`` was trained.
-
-    The inverse of :func:`trace_step` over the recorded steps. It inverts each recorded
-    epoch's order at ``index`` (:func:`~lightning_resumable_data.index.inverse.order_positions`:
-    O(1) for a Feistel or unshuffled order, one vectorised pass over the epoch for
-    ``randperm``); a padded epoch's tail repeats the order's start, so a sample can be
-    trained twice in an epoch.
-
-    Raises:
-        ValueError: A mixture (its inverse is not built yet), or an index out of range.
-
-    Example:
-        >>> from lightning_resumable_data import DistributedSampler
-        >>> sampler = DistributedSampler(range(10), num_replicas=2, rank=0, shuffle=False)
-        >>> find_sample(sampler, DataHistory([[0, 0, 0, 2, 2, 1, 3, 0]]), 5)
-        [Occurrence(epoch=0, step=1, rank=1, position=5)]
-    """
-    if isinstance(sampler, MixtureSampler):
-        raise ValueError(
-            "finding a sample follows single datasets for now; a mixture's order has no "
-            "inverse here yet. Trace the steps around it with lrd trace instead."
-        )
-    if not 0 <= index < sampler.epoch_length:
-        raise ValueError(
-            f"sample {index} is out of range for a dataset of {sampler.epoch_length} samples."
-        )
-    found, finished = [], history.finished_steps
-    if finished is None:
-        return []
-    for epoch in history.epochs:
-        view = _epoch_order(sampler, history, epoch)
-        length, cuts = view[1], view[2]
-        base = int(sampler._positions(epoch, np.array([index], np.int64))[0])  # the inverse
-        if any(start <= base < stop for start, stop in cuts):
-            continue  # cut from this epoch: never read in it
-        position = base - sum(stop - start for start, stop in cuts if stop <= base)
-        for padded in (position, position + length):  # the padded tail wraps around
-            for step, batch in history.batches_at(epoch, padded):
-                j, rank = divmod(padded - batch.consumed, batch.world)
-                if step <= finished[1] and j < _count(sampler, length, batch, rank):
-                    where = int(_base(np.array([padded], np.int64), view)[0])
-                    found.append(Occurrence(epoch, step, rank, where))
-    return found
 
 
 def _count(sampler: DistributedSampler, length: int, batch: StepBatch, rank: int) -> int:
