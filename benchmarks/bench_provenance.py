@@ -7,6 +7,10 @@ What ``lrd trace`` and ``lrd find`` cost, from the API they call (no file is rea
   changes in its epoch (the record and the schedule hold them all);
 * ``find_sample`` over three recorded epochs of the 10^10 dataset (one inversion per epoch),
   and over the mixture's epoch (its source's passes inverted, each draw bisected);
+* over a packed corpus (a Megatron ``.bin``/``.idx`` of 10^6 documents of 1 to 99 tokens,
+  ``seq_len`` 2049): building an epoch's packing index, ``sample_pieces`` of a step's 8 x 32
+  samples (document pieces and ``.bin`` bytes), ``document_samples`` of one document, and
+  ``find_document`` over three recorded epochs;
 * the size of what a checkpoint holds for them: the data history with 10^4 weight changes
   and 10^3 cut step ranges, and a sampler state with 10^3 cuts and a 10^3-sample quarantine,
   pickled as ``torch.save`` pickles them.
@@ -24,6 +28,7 @@ import json
 import pickle
 import platform
 import statistics
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -32,6 +37,9 @@ import numpy as np
 from _harness import REPO_ROOT, table_header, table_row
 
 from lightning_resumable_data import DistributedSampler, MixtureDataset, MixtureSampler
+from lightning_resumable_data.documents import PackedDataset, open_megatron, write_megatron
+from lightning_resumable_data.documents.provenance import document_samples, sample_pieces
+from lightning_resumable_data.lightning.document_trace import find_document
 from lightning_resumable_data.lightning.find import find_sample
 from lightning_resumable_data.lightning.history import DataHistory
 from lightning_resumable_data.lightning.trace import trace_step
@@ -93,6 +101,33 @@ def mixture(repeats: int, changes: int) -> dict[str, Any]:
     }
 
 
+def documents(repeats: int, count: int) -> dict[str, Any]:
+    """Pieces and document finds over a packed Megatron corpus of ``count`` documents."""
+    with tempfile.TemporaryDirectory() as folder:
+        lengths = np.random.default_rng(0).integers(1, 100, size=count)
+        write_megatron(f"{folder}/corpus", (np.ones(int(k), np.uint16) for k in lengths))
+        dataset = PackedDataset(open_megatron(f"{folder}/corpus"), seq_len=2049, eos_id=0, seed=1)
+        started = time.perf_counter()
+        dataset.checkpoints(3)  # the epoch's packing index, built once per epoch
+        index_s = time.perf_counter() - started
+        step = np.random.default_rng(1).integers(0, len(dataset), WORLD * BATCH).tolist()
+        pieces_s = _timed(lambda: sample_pieces(dataset, step, 3), repeats)
+        document = count // 2
+        document_s = _timed(lambda: document_samples(dataset, document, 3), repeats)
+        steps = len(dataset) // (WORLD * BATCH)
+        history = DataHistory([[e * steps, e, 0, WORLD, BATCH, 1, steps, 0] for e in range(3)])
+        sampler = DistributedSampler(range(len(dataset)), WORLD, 0, seed=2, algorithm="feistel")
+        find_s = _timed(lambda: find_document(sampler, history, dataset, document), repeats)
+        return {
+            "documents": count,
+            "samples": len(dataset),
+            "index_s": index_s,
+            "pieces_s": pieces_s,
+            "document_s": document_s,
+            "find_s": find_s,
+        }
+
+
 def sizes(changes: int, cuts: int) -> dict[str, Any]:
     """Bytes of the record and of a sampler state with many changes, cuts and quarantines."""
     history = DataHistory([[0, 0, 0, WORLD, BATCH, 1, 10**6, 0]])
@@ -130,6 +165,7 @@ def provenance_table(results: dict[str, Any]) -> list[str]:
         table_row([f"`find_sample` with {mix['changes']:,} weight changes in the epoch",
                    f"{mix['samples']:.0e}-sample mixture", f"{mix['find_s'] * 1e3:.2f} ms",
                    "< 100 ms an epoch"]),
+        *_document_rows(results.get("documents")),
         "",
         *table_header("state", "holds", "bytes"),
         table_row(["data history (callback)",
@@ -140,6 +176,20 @@ def provenance_table(results: dict[str, Any]) -> list[str]:
     ]  # fmt: skip
 
 
+def _document_rows(docs: dict[str, Any] | None) -> list[str]:
+    if docs is None:
+        return []
+    scale = f"{docs['documents']:,} documents, {docs['samples']:,} samples"
+    ms = {k: f"{docs[k] * 1e3:.2f} ms" for k in ("index_s", "pieces_s", "document_s", "find_s")}
+    return [
+        table_row(["packing index of an epoch (once per epoch)", scale, ms["index_s"], "—"]),
+        table_row(["`sample_pieces` (8 ranks x 32 samples)", scale, ms["pieces_s"], "< 10 ms"]),
+        table_row(["`document_samples` (one document)", scale, ms["document_s"], "—"]),
+        table_row(["`find_document` (3 recorded epochs)", scale, ms["find_s"],
+                   "< 100 ms an epoch"]),
+    ]  # fmt: skip
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Measure, print the table and write ``results/provenance.json``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -147,6 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", default=str(PROVENANCE), help="where the JSON goes")
     args = parser.parse_args(argv)
     repeats, changes, cuts = (3, 100, 10) if args.quick else (25, 10**4, 10**3)
+    count = 10**4 if args.quick else 10**6
     results = {
         "command": "benchmarks/bench_provenance.py" + (" --quick" if args.quick else ""),
         "repeats": repeats,
@@ -154,6 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "single": single(repeats),
         "mixture": mixture(repeats, changes),
         "sizes": sizes(changes, cuts),
+        "documents": documents(repeats, count),
     }
     results["load_average"] = f"{__import__('os').getloadavg()[0]:.2f}"
     print("\n".join(provenance_table(results)))

@@ -144,7 +144,7 @@ def _checked(path: Path, args: argparse.Namespace) -> tuple[Any, Spec, int]:
 
 
 def _pieces_json(pieces: Any) -> list[dict[str, Any]] | None:
-    return None if pieces is None else [vars(piece) for piece in pieces]
+    return None if pieces is None else [piece._asdict() for piece in pieces]
 
 
 def trace_documents(path: Path, args: argparse.Namespace) -> dict[str, Any]:

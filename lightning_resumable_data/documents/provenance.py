@@ -25,8 +25,8 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from itertools import pairwise
+from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -39,9 +39,8 @@ __all__ = ["Piece", "document_samples", "piece_arrays", "sample_pieces"]
 Int64 = NDArray[np.int64]
 
 
-@dataclass(frozen=True)
-class Piece:
-    """One piece of a document in a packed sample.
+class Piece(NamedTuple):
+    """One piece of a document in a packed sample (a named tuple: a step has thousands).
 
     Attributes:
         sample: The packed sample (dataset index) the piece is in.
