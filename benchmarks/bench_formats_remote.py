@@ -18,7 +18,13 @@ the parent and are not counted) and the first batch. ``cold``: an empty cache di
 ``raw``: the limit, one process listing a format's objects and GETting them all into memory
 (8 threads), no decode. The paths run interleaved, in alternating order, for ``--rounds``
 rounds (median); the load average is recorded per round. From the repository root, in a
-venv with the peers (``bench_peers.py`` says how to make one; add ``moto[server]``, boto3)::
+venv with the peers (``bench_peers.py`` says how to make one) and the S3 clients; pin these to
+one botocore, or pip backtracks through aiobotocore's releases for many minutes::
+
+    /work/bench-venv/bin/pip install -c <(echo torch==2.13.0) -e . mosaicml-streaming==0.13.0 \
+        litdata==0.2.76 webdataset==1.0.2 pillow "moto[server]==5.2.5" boto3==1.43.117 \
+        botocore==1.43.117 aiobotocore==3.10.0 s3fs==2026.9.0 fsspec==2026.9.0
+    /work/bench-venv/bin/pip uninstall -y torchvision   # see bench_peers.py
 
     /work/bench-venv/bin/python benchmarks/bench_formats_remote.py   # -> formats_remote.json
     .venv/bin/python benchmarks/tables.py                             # docs/benchmarks.md
