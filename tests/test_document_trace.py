@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from lightning.pytorch.demos.boring_classes import BoringModel, RandomDataset
 
 from lightning_resumable_data import ResumableDataModule
 from lightning_resumable_data.cli import CliError, build_parser, main
@@ -169,8 +170,12 @@ def test_megatron_run_traced_to_document_pieces_and_bin_bytes(
     )
     with pytest.raises(CliError, match="--packing-seed 6: the run packed with seed=5"):
         trace_documents(last, _args(*step, *alone, "--packing-seed", "6"))
-    with pytest.raises(CliError, match="--eos-id None: the run packed with eos_id=0"):
+    with pytest.raises(CliError, match="--eos-id none: the run packed with eos_id=0"):
         trace_documents(last, _args(*step, *alone, "--eos-id", "none"))
+    with pytest.raises(CliError, match="the run trained one packed dataset, not a mixture"):
+        trace_documents(last, _args(*step, "--documents", f"web={tmp_path / 'corpus'}"))
+    assert main([*step, *alone, *alone]) == 2  # a repeated --documents: not the last kept
+    assert "--documents given 2 times" in capsys.readouterr().err
     write_megatron(tmp_path / "other", documents[:-1], dtype=np.int32)
     with pytest.raises(CliError, match=r"holds 109 documents .* the run packed 110 "):
         trace_documents(last, _args(*step, "--documents", str(tmp_path / "other")))
@@ -280,8 +285,25 @@ def test_a_mixture_source_is_traced_and_found_by_name(tmp_path: Path) -> None:
         rows = model.ledger[step][0]
         assert any(row[i : i + len(piece)] == piece for row in rows for i in range(len(row)))
     bad = ["--documents", str(tmp_path / "web"), *packing[2:]]
-    with pytest.raises(CliError, match="name the source"):
+    with pytest.raises(CliError, match=r"the run is a mixture; name the packed source .*code, web"):
         trace_documents(last, _args("trace", str(last), "--step", "0", *bad))
+    bogus = ["--documents", f"bogus={tmp_path / 'web'}"]
+    with pytest.raises(CliError, match="'bogus' is not a packed source of the run"):
+        trace_documents(last, _args("trace", str(last), "--step", "0", *bogus))
+
+
+def test_a_run_without_packed_documents_is_named_as_such(tmp_path: Path) -> None:
+    trainer = pl.Trainer(
+        accelerator="cpu", devices=1, default_root_dir=tmp_path, logger=False,
+        enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, max_steps=1,
+    )  # fmt: skip
+    data = ResumableDataModule(RandomDataset(32, 8), batch_size=4)
+    trainer.fit(BoringModel(), datamodule=data)
+    last = tmp_path / "last.ckpt"
+    trainer.save_checkpoint(last)
+    with pytest.raises(CliError, match="saved no packing: the run trained no PackedDataset"):
+        trace_documents(last, _args("trace", str(last), "--step", "0", "--documents", "x"))
 
 
 def test_a_run_without_sample_keys_is_traced_with_a_note(tmp_path: Path) -> None:

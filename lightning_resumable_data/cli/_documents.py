@@ -56,8 +56,9 @@ def _packing(args: argparse.Namespace, saved: dict[str, Any] | None) -> dict[str
         given = getattr(args, dest, UNSET if dest == "eos_id" else None)
         has = given is not UNSET and (given is not None or dest == "eos_id")
         if has and saved is not None and key in saved and saved[key] != given:
+            shown = "none" if given is None else given  # as --eos-id spells it
             raise CliError(
-                f"{flag} {given}: the run packed with {key}={saved[key]!r} (saved in the "
+                f"{flag} {shown}: the run packed with {key}={saved[key]!r} (saved in the "
                 "checkpoint)",
                 hint=f"leave {flag} out: the checkpoint says how the run packed.",
             )
@@ -70,6 +71,28 @@ def _packing(args: argparse.Namespace, saved: dict[str, Any] | None) -> dict[str
             hint="a ResumableDataModule of this release saves it; a plain loader does not.",
         )
     return out
+
+
+def _check_source(spec: str, source: str | None, saved: dict[str, Any]) -> None:
+    """``NAME=`` where the run packed a mixture's sources, none where it packed one dataset."""
+    names = sorted(name for name in saved if name)
+    if source is None and "" not in saved:
+        raise CliError(
+            f"--documents {spec}: the run is a mixture; name the packed source the corpus is: "
+            + ", ".join(names),
+            hint=f"--documents {names[0]}={spec}" if names else "",
+        )
+    if source is not None and source not in saved:
+        if "" in saved:
+            raise CliError(
+                f"--documents {spec}: the run trained one packed dataset, not a mixture",
+                hint=f"pass --documents {spec.split('=', 1)[1]} (no NAME=).",
+            )
+        raise CliError(
+            f"--documents {spec}: {source!r} is not a packed source of the run; its packed "
+            "sources: " + ", ".join(names),
+            hint="NAME=SPEC names the source the corpus was packed as.",
+        )
 
 
 def open_spec(args: argparse.Namespace, saved: dict[str, Any] | None = None) -> Spec:
@@ -87,6 +110,8 @@ def open_spec(args: argparse.Namespace, saved: dict[str, Any] | None = None) -> 
     text, source = str(args.documents), None
     if "=" in text and not Path(text).exists():
         source, text = text.split("=", 1)
+    if saved:
+        _check_source(args.documents, source, saved)
     mine = (saved or {}).get(source or "")
     packing = _packing(args, mine if isinstance(mine, dict) else None)
     paths = [Path(p) for p in text.split(",")]
@@ -128,9 +153,29 @@ def open_spec(args: argparse.Namespace, saved: dict[str, Any] | None = None) -> 
     return Spec(dataset, source, text, note)
 
 
+def _one_corpus(args: argparse.Namespace) -> None:
+    """``--documents`` (appended by argparse) as its one value; given twice is refused."""
+    if isinstance(args.documents, list):
+        if len(args.documents) > 1:
+            raise CliError(
+                f"--documents given {len(args.documents)} times ({', '.join(args.documents)}): "
+                "lrd follows one corpus at a time",
+                hint="run the command once per corpus; NAME=SPEC names a mixture's source.",
+            )
+        args.documents = args.documents[0]
+
+
 def _checked(path: Path, args: argparse.Namespace) -> tuple[Any, Spec, int]:
+    _one_corpus(args)
     run = load(path, args.unsafe_unpickle, getattr(args, "shards", None))
     saved = ((run.module or {}).get("config") or {}).get("packing")
+    if run.module is not None and not saved and getattr(args, "seq_len", None) is None:
+        raise CliError(
+            f"{path}: its ResumableDataModule saved no packing: the run trained no "
+            "PackedDataset (or was saved by a release before 0.4)",
+            hint="--documents follows runs over packed documents; for an older checkpoint "
+            "pass --seq-len N and the run's other packing options.",
+        )
     spec = open_spec(args, saved if isinstance(saved, dict) else None)
     try:
         offset = check_packed(run.sampler, spec.dataset, spec.source)

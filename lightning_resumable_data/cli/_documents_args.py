@@ -33,6 +33,7 @@ def add_document_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("packed documents (a PackedDataset run)")
     group.add_argument(
         "--documents",
+        action="append",  # given twice: refused (one corpus at a time), not the last kept
         metavar="SPEC",
         help="the corpus the run packed: a Megatron prefix (or its .bin/.idx), Parquet "
         "files (comma-separated), or a save_to_disk folder; NAME=SPEC for a mixture source",

@@ -111,7 +111,11 @@ def format_find(report: dict[str, Any]) -> str:
         line += f", planned {later} time{'s' if later != 1 else ''} after"
     if report.get("epochs"):
         first, stop = report["epochs"]
-        line += f" (epochs {first} to {'the last' if stop is None else stop - 1})"
+        line += (  # without B: the recorded epochs, and planned ones to the checkpoint's end
+            f" (epochs {first} on: the recorded ones, and the rest of the checkpoint's epoch)"
+            if stop is None
+            else f" (epochs {first} to {stop - 1})"
+        )
     lines = [line]
     for hit in trained:
         lines.append(
