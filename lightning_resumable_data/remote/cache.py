@@ -238,10 +238,12 @@ class ShardCache:
             if target is None:  # pragma: no cover - fetch() without rank raises instead
                 continue
             with self._disk.locked(target, fcntl.LOCK_SH):
-                if target.exists():  # not evicted (or the directory deleted) meanwhile
+                try:  # not evicted (or the directory deleted) meanwhile
                     os.utime(target)
-                    yield target
-                    return
+                except FileNotFoundError:
+                    continue  # deleted between the download and now: fetch it again
+                yield target
+                return
         raise RuntimeError(f"{redact(remote.url)!r} kept vanishing from {str(self.directory)!r}.")
 
     # -- the order ahead -----------------------------------------------------------------

@@ -111,8 +111,14 @@ class RemoteTokenShardReader(TokenShardReader):
             return self._data
         if not self.opened:  # sized from the listing: opened even if the download fails
             self._open()
+        for _ in range(3):  # the cache folder deleted (by hand) between the fetch and the map
+            with self.cache.local(self.remote):
+                try:
+                    return super()._tokens()
+                except FileNotFoundError:
+                    continue
         with self.cache.local(self.remote):
-            return super()._tokens()
+            return super()._tokens()  # a fourth time: its error, if it is lasting
 
     def check(self) -> None:
         """Raise ``ValueError`` if the remote file changed size or ETag since it was listed.
