@@ -7,32 +7,16 @@ ends, and after ``lrd skip`` and ``lrd quarantine`` edited the checkpoint.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
-import torch
+from cut_helpers import Recorder
 
 from lightning_resumable_data import ResumableDataModule
 from lightning_resumable_data.cli import main
 from lightning_resumable_data.cli.trace import load, trace
 from lightning_resumable_data.lightning.find import find_sample
-
-
-class Recorder(pl.LightningModule):
-    def __init__(self) -> None:
-        super().__init__()
-        self.layer = torch.nn.Linear(1, 1)
-        self.ledger: dict[int, list[list[int]]] = defaultdict(list)
-
-    def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
-        self.ledger[self.trainer.global_step].append(batch.tolist())
-        loss: torch.Tensor = self.layer(batch.float().view(-1, 1)).sum() * 0.0
-        return loss
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=0.0)
 
 
 def _fit(root: Path, ckpt: Path | None = None, save: Path | None = None, **kw: Any) -> Recorder:
