@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from lightning_resumable_data.loader import StatefulDataLoader
     from lightning_resumable_data.randomness import SampleKey, sample_rng
     from lightning_resumable_data.samplers import (
+        ChangeReport,
+        DataChangePolicy,
         DistributedSampler,
         MixturePhase,
         MixtureSampler,
@@ -77,6 +79,8 @@ _LAZY = {
     "seed_training_step": "seeding",
     **dict.fromkeys(
         [
+            "ChangeReport",
+            "DataChangePolicy",
             "DistributedSampler",
             "MixturePhase",
             "MixtureSampler",
@@ -128,6 +132,8 @@ __getattr__, __dir__ = lazy_exports(globals(), __name__, _LAZY)
 
 __all__ = [
     "STATE_VERSION",
+    "ChangeReport",
+    "DataChangePolicy",
     "DataPositionError",
     "DatasetShardReader",
     "DistributedSampler",

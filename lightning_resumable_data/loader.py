@@ -550,10 +550,12 @@ class StatefulDataLoader(_TorchdataLoader[T_co]):
             **self._strategy.required,
         }
         fingerprint = self.fingerprint
-        if not self.strict_resume and isinstance(state, dict):
-            saved = state.get("fingerprint")
-            if isinstance(saved, dict) and saved.get("mode") == fingerprint["mode"]:
+        saved = state.get("fingerprint") if isinstance(state, dict) else None
+        if isinstance(saved, dict) and saved.get("mode") == fingerprint["mode"]:
+            if not self.strict_resume:
                 fingerprint = saved  # accept another dataset; the mode must still match
+            elif getattr(self.sampler, "data_changes", None) is not None:  # it decides
+                fingerprint = {**fingerprint, "dataset_length": saved.get("dataset_length")}
         check_state(state, self.KIND, fingerprint, required)
         epoch = state["epoch"]
         if self.max_epochs is not None and epoch > self.max_epochs:

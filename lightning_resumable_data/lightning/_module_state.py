@@ -16,6 +16,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from lightning_resumable_data.lightning._checks import describe_sources
 from lightning_resumable_data.samplers.schedule import phase_dict
+from lightning_resumable_data.shards.dataset import DistributedShardedDataset
 from lightning_resumable_data.state import StateMismatchError
 
 if TYPE_CHECKING:
@@ -59,6 +60,16 @@ def module_state(dm: ResumableDataModule) -> dict[str, Any]:
     return state
 
 
+def _followed(dm: ResumableDataModule, saved: object, now: Mapping[str, int]) -> bool:
+    """Whether a changed size of the single training dataset is left to its sampler."""
+    return (
+        getattr(dm, "data_changes", None) is not None
+        and isinstance(saved, Mapping)
+        and list(saved) == list(now) == [""]
+        and not isinstance(dm.train_dataset, DistributedShardedDataset)
+    )
+
+
 def load_module_state(dm: ResumableDataModule, state_dict: dict[str, Any]) -> None:
     """Check a saved entry against ``dm``'s configuration; keep its position for the loader.
 
@@ -78,6 +89,8 @@ def load_module_state(dm: ResumableDataModule, state_dict: dict[str, Any]) -> No
     changed = {
         k: (saved.get(k), now[k]) for k in ("sources", "seed", "phases") if saved.get(k) != now[k]
     }
+    if _followed(dm, saved.get("sources"), now["sources"]):
+        changed.pop("sources", None)  # the sampler records the change (DataChangePolicy)
     if changed.get("phases") and not now["phases"] and not dm.allow_config_change:
         raise StateMismatchError(
             f"Cannot resume: the checkpoint's data position follows mixture phases "

@@ -31,6 +31,7 @@ from lightning_resumable_data.lightning._module_state import (
 from lightning_resumable_data.lightning.callback import ResumableDataCallback
 from lightning_resumable_data.loader import StatefulDataLoader
 from lightning_resumable_data.samplers._arguments import check_key_seed, check_keywords
+from lightning_resumable_data.samplers.data_changes import DataChangePolicy
 from lightning_resumable_data.samplers.distributed import check_non_negative_int
 from lightning_resumable_data.samplers.schedule import MixturePhase
 
@@ -89,6 +90,11 @@ class ResumableDataModule(pl.LightningDataModule):
             :func:`~lightning_resumable_data.lightning.mixing.log_source_values`).
         allow_config_change: Resume even if the seed or datasets changed (the position is
             kept; the order after it follows the new configuration).
+        data_changes: What a resume does when the training dataset grew, shrank or was
+            replaced since the checkpoint (single dataset): see
+            :class:`~lightning_resumable_data.DataChangePolicy` and ``docs/changes.md``. The
+            default reads grown data once in the interrupted epoch after its unread samples,
+            skips removed samples, and refuses replaced files; ``None`` refuses every change.
 
     Example:
         >>> dm = ResumableDataModule(range(100), batch_size=8, seed=1)
@@ -130,6 +136,7 @@ class ResumableDataModule(pl.LightningDataModule):
         collate_fn: Callable[[list[Any]], Any] | None = None,
         return_source: bool = False,
         allow_config_change: bool = False,
+        data_changes: DataChangePolicy | None = DataChangePolicy(),  # noqa: B008 (frozen)
     ) -> None:
         super().__init__()
         for argument, value in (
@@ -157,6 +164,12 @@ class ResumableDataModule(pl.LightningDataModule):
         self.sample_keys = sample_keys
         self.collate_fn = collate_fn
         self.allow_config_change = allow_config_change
+        if data_changes is not None and not isinstance(data_changes, DataChangePolicy):
+            raise TypeError(
+                f"data_changes={data_changes!r} must be a DataChangePolicy(...) or None, e.g. "
+                "data_changes=DataChangePolicy(grown='next_epoch')."
+            )
+        self.data_changes = data_changes
         if not isinstance(return_source, bool):
             raise TypeError(f"return_source={return_source!r} must be True or False.")
         self.return_source = return_source

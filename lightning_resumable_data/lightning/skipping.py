@@ -72,7 +72,7 @@ def _batches_of(
 
     def batches(epoch: int, consumed: int) -> int:
         return epoch_batches(
-            sampler.epoch_size(epoch) if cut else sampler.epoch_length,
+            sampler.epoch_size(epoch) if cut else sampler.base_length(epoch),
             world=sampler.num_replicas,
             batch_size=int(loader.batch_size or 1),
             drop_last=loader.drop_last,
@@ -148,8 +148,8 @@ def apply_quarantine(
 
 
 def restate_epoch(trainer: pl.Trainer, loader: StatefulDataLoader, history: DataHistory) -> None:
-    """At an epoch's start: Lightning's batch count of it, if the run has cut any data."""
-    if history.skips or history.quarantine:
+    """At an epoch's start: Lightning's batch count of it, if the run cut or changed data."""
+    if history.skips or history.quarantine or getattr(loader.position_sampler, "changes", None):
         _restate(trainer, loader, loader.epoch)
 
 

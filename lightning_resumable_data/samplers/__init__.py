@@ -26,12 +26,15 @@ if TYPE_CHECKING:
         SkipBatchSampler,
         SkipSampler,
     )
+    from lightning_resumable_data.samplers.data_changes import ChangeReport, DataChangePolicy
     from lightning_resumable_data.samplers.distributed import DistributedSampler
     from lightning_resumable_data.samplers.mixture import MixtureSampler
     from lightning_resumable_data.samplers.schedule import MixturePhase
     from lightning_resumable_data.samplers.sequential import ResumableSequentialSampler
 
 __all__ = [
+    "ChangeReport",
+    "DataChangePolicy",
     "DistributedSampler",
     "MixturePhase",
     "MixtureSampler",
@@ -47,6 +50,8 @@ __all__ = [
 ]
 
 _LAZY = {
+    "ChangeReport": "data_changes",
+    "DataChangePolicy": "data_changes",
     "DistributedSampler": "distributed",
     "MixturePhase": "schedule",
     "MixtureSampler": "mixture",

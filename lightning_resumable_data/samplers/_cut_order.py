@@ -17,7 +17,7 @@ from numpy.typing import NDArray
 
 from lightning_resumable_data.index.skips import add_skip, skipped, to_base
 from lightning_resumable_data.samplers._arguments import check_non_negative_int
-from lightning_resumable_data.samplers._cuts import Quarantine, epoch_cuts
+from lightning_resumable_data.samplers._cuts import Quarantine, epoch_cuts, merge_ranges
 
 __all__ = ["CutOrder", "skipping"]
 
@@ -104,12 +104,23 @@ class CutOrder:
     def cuts(self, epoch: int) -> list[tuple[int, int]]:
         """The base ranges ``epoch``'s order leaves out (cut steps, quarantined samples)."""
         if epoch not in self._cuts:
-            self._cuts[epoch] = epoch_cuts(epoch, self.skips, self.quarantined, self._positions)
+            found = epoch_cuts(epoch, self.skips, self.quarantined, self._positions)
+            extra = self._changed_cuts(epoch)
+            self._cuts[epoch] = merge_ranges(found, extra) if extra else found
         return self._cuts[epoch]
+
+    def _changed_cuts(self, epoch: int) -> list[tuple[int, int]]:
+        """Base ranges of ``epoch`` that changes of the data leave out (none here)."""
+        return []
+
+    def base_length(self, epoch: int) -> int:
+        """Positions of ``epoch``'s whole order, before its cuts."""
+        return self.epoch_length
 
     def epoch_size(self, epoch: int | None = None) -> int:
         """Positions of an epoch's order that are read: its length less what is cut."""
-        return self.epoch_length - skipped(self.cuts(self.epoch if epoch is None else epoch))
+        epoch = self.epoch if epoch is None else epoch
+        return self.base_length(epoch) - skipped(self.cuts(epoch))
 
 
 def epoch_skips(owner: CutOrder, epoch: int, start: int, stop: int) -> list[tuple[int, int]]:

@@ -11,10 +11,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Protocol
 
 from lightning_resumable_data.index.partition import epoch_total_size
-from lightning_resumable_data.index.skips import check_ranges, skipped
+from lightning_resumable_data.index.skips import check_ranges
 from lightning_resumable_data.pins import check_pins
 from lightning_resumable_data.samplers._arguments import SEED_LIMIT
 from lightning_resumable_data.samplers._cuts import Quarantine, check_quarantine, quarantine_state
+from lightning_resumable_data.samplers.data_changes import changes_state
 from lightning_resumable_data.state import StateMismatchError, check_state, make_state
 
 Positions = Any  # an array of positions (or of dataset indices)
@@ -24,6 +25,7 @@ __all__ = [
     "loaded_cuts",
     "loaded_position",
     "position_state",
+    "saved_data",
 ]
 
 
@@ -110,7 +112,38 @@ def position_state(owner: PositionOwner, epoch: int, consumed: int) -> dict[str,
         state["skips"] = skips
     if owner.quarantined:  # kept for every later epoch
         state["quarantine"] = quarantine_state(owner.quarantined)
+    changes = getattr(owner, "changes", None)
+    if changes:  # every epoch's order follows them (and lrd trace reads the past ones)
+        state["changes"] = changes_state(changes)
     return state
+
+
+def saved_data(owner: Any, state_dict: object) -> tuple[int, list[str]]:
+    """The saved dataset's length and the pinned files that changed, if ``owner`` may follow.
+
+    Without a policy (``owner.data_changes`` is ``None``) or for a sampler that cannot follow
+    changed data, or when anything but the length differs in the fingerprint, it is the
+    length now and no file: the usual checks then refuse what changed.
+    """
+    now = owner.dataset_length
+    state = state_dict if isinstance(state_dict, Mapping) else {}
+    saved = state.get("fingerprint")
+    if owner.data_changes is None or owner.CHANGES or not isinstance(saved, Mapping):
+        return now, []
+    length = saved.get("dataset_length")
+    others = {k: v for k, v in saved.items() if k != "dataset_length"}
+    current = {k: v for k, v in owner.fingerprint.items() if k != "dataset_length"}
+    if not isinstance(length, int) or isinstance(length, bool) or length < 0:
+        return now, []
+    if others != current:
+        return now, []
+    pins = state.get("pins")
+    files = (
+        [name for name, identity in sorted(pins.items()) if owner.pins.get(name) != identity]
+        if isinstance(pins, Mapping)
+        else []
+    )
+    return length, files
 
 
 def loaded_cuts(
@@ -145,7 +178,13 @@ def loaded_cuts(
     return skips, quarantined
 
 
-def loaded_position(owner: PositionOwner, state_dict: dict[str, Any]) -> tuple[int, int]:
+def loaded_position(
+    owner: PositionOwner,
+    state_dict: dict[str, Any],
+    fingerprint: Mapping[str, Any] | None = None,
+    *,
+    check_files: bool = True,
+) -> tuple[int, int]:
     """Check ``state_dict`` against ``owner``'s configuration; its ``(epoch, consumed)``.
 
     ``consumed`` is the global position to resume at in the current layout: a position past
@@ -158,11 +197,12 @@ def loaded_position(owner: PositionOwner, state_dict: dict[str, Any]) -> tuple[i
     check_state(
         state_dict,
         kind,
-        owner.fingerprint,
+        owner.fingerprint if fingerprint is None else fingerprint,
         {"epoch": int, "consumed": int, "num_replicas": int},
     )
-    check_pins(state_dict, kind, owner.pins)
-    length = owner.epoch_length - skipped(owner.cuts(state_dict["epoch"]))  # what is read
+    if check_files:
+        check_pins(state_dict, kind, owner.pins)
+    length = owner.epoch_size(state_dict["epoch"])  # what is read
     if owner.seed + state_dict["epoch"] >= SEED_LIMIT:
         raise StateMismatchError(
             f"Cannot load this state into {kind}: epoch={state_dict['epoch']} with "

@@ -10,7 +10,7 @@ import numpy as np
 import torch.utils.data
 from numpy.typing import NDArray
 
-from lightning_resumable_data.index.inverse import order_positions
+from lightning_resumable_data.index.changes import DataChange
 from lightning_resumable_data.index.partition import rank_span, samples_per_rank
 from lightning_resumable_data.index.permutation import PermutationAlgorithm, check_algorithm
 from lightning_resumable_data.pins import dataset_pins
@@ -23,32 +23,34 @@ from lightning_resumable_data.samplers._arguments import (
     check_seed,
     dataset_length,
 )
+from lightning_resumable_data.samplers._changed_order import ChangedOrder
 from lightning_resumable_data.samplers._chunks import (
     CHUNK_SIZE,
     BatchCount,
     ChunkStream,
     chunk_sizes,
 )
-from lightning_resumable_data.samplers._cut_order import CutOrder, skipping
+from lightning_resumable_data.samplers._cut_order import skipping
 from lightning_resumable_data.samplers._cuts import Quarantine
 from lightning_resumable_data.samplers._distributed_state import (
     loaded_cuts,
     loaded_position,
     position_state,
+    saved_data,
 )
-from lightning_resumable_data.samplers._rank_order import (
-    Order,
-    array_batches,
-    epoch_order,
-    span_arrays,
-)
+from lightning_resumable_data.samplers._rank_order import array_batches, span_arrays
 from lightning_resumable_data.samplers._rank_position import RankPosition
 from lightning_resumable_data.samplers._world import resolve_world
+from lightning_resumable_data.samplers.data_changes import (
+    ChangeReport,
+    DataChangePolicy,
+    loaded_changes,
+)
 
 __all__ = ["DistributedSampler", "check_non_negative_int", "dataset_length"]
 
 
-class DistributedSampler(CutOrder, torch.utils.data.DistributedSampler[int]):
+class DistributedSampler(ChangedOrder, torch.utils.data.DistributedSampler[int]):
     """Shard a dataset over data-parallel ranks; save and restore the position in O(1).
 
     With ``algorithm="randperm"`` (the default) it yields exactly what
@@ -123,6 +125,9 @@ class DistributedSampler(CutOrder, torch.utils.data.DistributedSampler[int]):
         self.skips: dict[int, list[tuple[int, int]]] = {}  # epoch -> base ranges never read
         self.quarantined: list[Quarantine] = []  # samples left out from a position on
         self._cuts: dict[int, list[tuple[int, int]]] = {}  # epoch -> all it leaves out
+        self.changes: list[DataChange] = []  # of the data between checkpoints and resumes
+        self.data_changes: DataChangePolicy | None = None  # None: a changed dataset is refused
+        self.last_change: ChangeReport | None = None  # what the last resume's change did
         self._epoch_locked = False  # set by lock_epoch: the loader owns the epoch
 
     @property
@@ -267,7 +272,10 @@ class DistributedSampler(CutOrder, torch.utils.data.DistributedSampler[int]):
             sizes = chunk_sizes(self._chunk_size(), multiple)
             if ranges:  # positions of the order that remains, read at their base positions
                 order = skipping(order, ranges)
-            yield from span_arrays(span, total, order, length, sizes, count)
+            arrays = span_arrays(span, total, order, length, sizes, count)
+            if self.changes:  # a pad wrapping onto a sample read before a shrink: one now
+                arrays = ((p, i % self.dataset_length) for p, i in arrays)
+            yield from arrays
 
     def samples_left(self, consumed: int) -> int:
         """Samples this rank still reads in an epoch after ``consumed`` global samples."""
@@ -283,15 +291,6 @@ class DistributedSampler(CutOrder, torch.utils.data.DistributedSampler[int]):
 
     def _restart(self, consumed: int) -> None:
         self._position.restart(consumed)
-
-    def _positions(self, epoch: int, indices: NDArray[np.int64]) -> NDArray[np.int64]:
-        """Where dataset ``indices`` sit in ``epoch``'s whole order."""
-        args = (self.shuffle, self.algorithm, self.dataset_length, self.seed, epoch)
-        return order_positions(*args, indices)
-
-    def _order(self, epoch: int) -> Order:
-        """The global order of ``epoch`` as a lookup from positions to dataset indices."""
-        return epoch_order(self.shuffle, self.algorithm, self.dataset_length, self.seed, epoch)
 
     def state_dict(self) -> dict[str, Any]:
         """Return the position: epoch and global samples consumed, with the fingerprint."""
@@ -316,12 +315,21 @@ class DistributedSampler(CutOrder, torch.utils.data.DistributedSampler[int]):
                 drop_last, or over a pinned file whose bytes changed since
                 (:mod:`~lightning_resumable_data.pins`).
         """
-        before = self.skips, self.quarantined
-        self.skips, self.quarantined = loaded_cuts(state_dict, self.epoch_length, self.KIND)
-        self._cuts = {}
+        before = self.skips, self.quarantined, self.changes, self.epoch_length
         try:
-            self.epoch, consumed = loaded_position(self, state_dict)
+            self.changes = loaded_changes(state_dict, self.KIND)
+            length, changed_files = saved_data(self, state_dict)
+            self.epoch_length = length  # the saved data's, while its position is checked
+            bound = length + sum(c.added for c in self.changes)
+            self.skips, self.quarantined = loaded_cuts(state_dict, bound, self.KIND)
+            self._cuts = {}
+            fingerprint = {**self.fingerprint, "dataset_length": length}
+            self.epoch, consumed = loaded_position(
+                self, state_dict, fingerprint, check_files=not changed_files
+            )
+            consumed = self.apply_change(self.KIND, self.epoch, consumed, length, changed_files)
         except Exception:
-            (self.skips, self.quarantined), self._cuts = before, {}  # nothing changes
+            self.skips, self.quarantined, self.changes, self.epoch_length = before
+            self._cuts = {}  # nothing changes
             raise
         self._position.restart(consumed)

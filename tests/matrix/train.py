@@ -32,6 +32,7 @@ from ledger_model import LedgerModel as Model
 from ledger_model import Samples
 
 from lightning_resumable_data import (
+    DataChangePolicy,
     MixturePhase,
     ResumableDataCallback,
     ResumableDataModule,
@@ -78,6 +79,17 @@ class Stop(pl.Callback):
             os.kill(os.getpid(), signal.SIGTERM)
 
 
+class Kill(pl.Callback):
+    """SIGKILLs this process at the start of optimizer step ``step`` (a real crash)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_start(self, trainer: pl.Trainer, *args: Any) -> None:
+        if trainer.global_step == self.step:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
 class Slow(pl.Callback):
     """Makes every training batch take ``seconds`` (for a real ``max_time`` stop)."""
 
@@ -122,6 +134,11 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=0)
     parser.add_argument("--progress-bar", action="store_true", help="log its total and title")
     parser.add_argument("--ckpt")
+    parser.add_argument("--n", type=int, default=N, help="samples in the training dataset")
+    parser.add_argument("--kill", type=int, help="SIGKILL at the start of this step")
+    parser.add_argument(
+        "--grown", choices=("this_epoch", "next_epoch", "refuse"), help="DataChangePolicy(grown=)"
+    )
     parser.add_argument("--refit-max-steps", type=int, help="then fit again to this many steps")
     parser.add_argument(
         "--callback",
@@ -163,7 +180,8 @@ def main(argv: Sequence[str]) -> None:
     warnings.simplefilter("error", ResumeWarning)  # a resume that warns is a failed cell
     args = parse(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    train: Any = Samples(N)
+    train: Any = Samples(args.n)
+    policy = DataChangePolicy(grown=args.grown) if args.grown else DataChangePolicy()
     weights, samples_per_epoch, phases = None, None, []
     if args.phase_step is not None:
         train = {name: Samples(size, start) for name, (start, size) in SOURCES.items()}
@@ -182,6 +200,7 @@ def main(argv: Sequence[str]) -> None:
         seed=3,
         num_workers=args.workers,
         persistent_workers=args.workers > 0,
+        **({"data_changes": policy} if args.grown else {}),  # else the documented default
     )
     model = Model(args.out)
     trainer = make_trainer(args, phases)
@@ -229,6 +248,8 @@ def make_trainer(args: argparse.Namespace, phases: list[MixturePhase]) -> pl.Tra
         callbacks.append(Stop(args.stop, args.stop_step))
     if args.step_sleep:
         callbacks.append(Slow(args.step_sleep))
+    if args.kill is not None:
+        callbacks.append(Kill(args.kill))
     first, stop = map(int, (args.skip_steps or "0:1").split(":"))
     skips = [(first, stop)] if args.skip_steps else []
     data_callback = ResumableDataCallback(phases=phases, log_every_n_steps=0, skip_steps=skips)

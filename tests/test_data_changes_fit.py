@@ -1,0 +1,110 @@
+"""Data that changed between a SIGKILL and the resume, under real ``Trainer`` runs.
+
+``matrix/train.py`` trains ``range(64)`` (``batch_size=4``, 3 epochs, a checkpoint after
+every step) with a ``ResumableDataModule`` as the docs show it; the run is SIGKILLed in
+epoch 1 and resumed over a dataset that grew or shrank, on 1 process and on 2 (DDP). The
+per-rank ledgers must show: each old sample not read before the kill read exactly once in
+the rest of the interrupted epoch (and the removed ones never), each new sample exactly
+once where the policy puts it, and the later epochs whole over the new dataset. A second
+resume from a checkpoint written after the change trains what the first resumed run
+trained from there.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from faults.runner import ForkServer
+from matrix.harness import Runs, ledger
+
+SCRIPT = Path(__file__).with_name("matrix") / "train.py"
+N, KILL = 64, 20  # epoch 0 is 16 steps of 4; the kill falls on step 4 of epoch 1
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
+    server = ForkServer(SCRIPT)
+    yield Runs(server, tmp_path_factory.mktemp("changes"))
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def killed(runs: Runs) -> Path:
+    """A run SIGKILLed at the start of step 20: ``ckpt/step=20.ckpt`` is its last."""
+    out = runs.root / "killed"
+    out.mkdir()
+    outcome = runs.server.run(["--out", str(out), "--kill", str(KILL)], out / "log.txt")
+    assert outcome.rc == -9, outcome.tail()
+    return out
+
+
+def by_epoch(lines: list[dict[str, object]]) -> dict[int, list[int]]:
+    found: dict[int, list[int]] = {}
+    for line in lines:
+        found.setdefault(int(line["epoch"]), []).extend(map(int, line["ids"]))  # type: ignore[call-overload]
+    return found
+
+
+def read(out: Path) -> dict[int, list[int]]:
+    """Every rank's samples, by epoch."""
+    merged: dict[int, list[int]] = {}
+    for lines in ledger(out).ranks:
+        for epoch, ids in by_epoch(lines).items():
+            merged.setdefault(epoch, []).extend(ids)
+    return merged
+
+
+def resume(runs: Runs, killed: Path, name: str, n: int, *args: str) -> Path:
+    ckpt = killed / "ckpt" / f"step={KILL}.ckpt"
+    return runs.run(runs.root / name, ["--ckpt", str(ckpt), "--n", str(n), *args])
+
+
+@pytest.mark.parametrize("devices", [1, 2])
+def test_grown_data_is_read_once_after_the_unread_old_samples(
+    runs: Runs, killed: Path, devices: int
+) -> None:
+    before = read(killed)
+    after = resume(runs, killed, f"grown-{devices}", 80, "--devices", str(devices))
+    resumed = read(after)
+    assert sorted(before[0]) == list(range(N))  # epoch 0, untouched
+    interrupted = before[1] + resumed[1]
+    assert Counter(interrupted) == Counter(range(80))  # every old and new sample once
+    stream = ledger(after).stream()  # the global order, all ranks interleaved
+    assert max(stream[: N - len(before[1])]) < N  # the unread old samples come first
+    assert sorted(resumed[2]) == list(range(80))  # the next epoch reads the grown set
+
+
+def test_grown_data_joins_at_the_next_epoch_by_option(runs: Runs, killed: Path) -> None:
+    before = read(killed)
+    resumed = read(resume(runs, killed, "grown-next", 80, "--grown", "next_epoch"))
+    assert Counter(before[1] + resumed[1]) == Counter(range(N))
+    assert sorted(resumed[2]) == list(range(80))
+
+
+@pytest.mark.parametrize("devices", [1, 2])
+def test_removed_samples_are_skipped_and_the_rest_read_once(
+    runs: Runs, killed: Path, devices: int
+) -> None:
+    before = read(killed)
+    resumed = read(resume(runs, killed, f"shrunk-{devices}", 48, "--devices", str(devices)))
+    assert max(i for epoch in resumed.values() for i in epoch) < 48  # removed: never read
+    unread = set(range(48)) - set(before[1])
+    padded = Counter(resumed[1]) - Counter(unread)  # a rank with none left repeats one, as
+    assert set(resumed[1]) - set(padded) == unread  # torch pads; every remaining one once
+    assert sum(padded.values()) < devices and all(i < 48 for i in padded)
+    assert sorted(resumed[2]) == list(range(48))
+
+
+def test_a_second_resume_after_the_change_replays_it(runs: Runs, killed: Path) -> None:
+    first = resume(runs, killed, "grown-then", 80)
+    step = KILL + 6  # mid-epoch 1, inside the stretch of the unread old samples
+    again = runs.run(
+        runs.root / "grown-again",
+        ["--ckpt", str(first / "ckpt" / f"step={step}.ckpt"), "--n", "80", "--devices", "2"],
+    )
+    expected = [x for x in ledger(first).ranks[0] if int(x["step"]) >= step]
+    merged = ledger(again).stream()
+    assert merged == [i for x in expected for i in map(int, x["ids"])]  # type: ignore[call-overload]
