@@ -92,9 +92,10 @@ def test_removed_samples_are_skipped_and_the_rest_read_once(
     resumed = read(resume(runs, killed, f"shrunk-{devices}", 48, "--devices", str(devices)))
     assert max(i for epoch in resumed.values() for i in epoch) < 48  # removed: never read
     unread = set(range(48)) - set(before[1])
-    padded = Counter(resumed[1]) - Counter(unread)  # a rank with none left repeats one, as
-    assert set(resumed[1]) - set(padded) == unread  # torch pads; every remaining one once
-    assert sum(padded.values()) < devices and all(i < 48 for i in padded)
+    assert set(resumed[1]) >= unread  # every remaining one is read
+    padded = Counter(resumed[1]) - Counter(unread)  # beyond once each: the pad of a rank
+    assert sum(padded.values()) < devices  # with none left, which repeats one (as torch)
+    assert all(i < 48 for i in padded)
     assert sorted(resumed[2]) == list(range(48))
 
 
