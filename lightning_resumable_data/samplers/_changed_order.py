@@ -118,11 +118,11 @@ class ChangedOrder(CutOrder):
 
     def apply_change(
         self, kind: str, epoch: int, consumed: int, saved_length: int, changed_files: list[str]
-    ) -> int:
+    ) -> None:
         """Record the change from ``saved_length`` (and ``changed_files``) at a resume.
 
-        ``consumed`` is the resume position under the saved data; the position to resume at
-        under the new data is returned (the same samples are behind it).
+        ``consumed`` is the resume position under the saved data; it stays the position
+        under the new data (the same samples are behind it, and what is cut comes after).
 
         Raises:
             StateMismatchError: The policy refuses the change, or ``CHANGES`` says this
@@ -135,7 +135,7 @@ class ChangedOrder(CutOrder):
         change = decide_change(self.data_changes, kind, *args)
         self.epoch_length = self.dataset_length
         if change is None:
-            return consumed
+            return
         if self.CHANGES:
             raise_cannot(kind, self.CHANGES)
         self.changes.append(change)
@@ -148,7 +148,6 @@ class ChangedOrder(CutOrder):
         self.last_change = report
         if self.rank == 0:
             _log.info(report.describe())
-        return consumed
 
 
 def raise_cannot(kind: str, why: str) -> None:

@@ -319,15 +319,18 @@ class DistributedSampler(ChangedOrder, torch.utils.data.DistributedSampler[int])
         try:
             self.changes = loaded_changes(state_dict, self.KIND)
             length, changed_files = saved_data(self, state_dict)
-            self.epoch_length = length  # the saved data's, while its position is checked
-            bound = length + sum(c.added for c in self.changes)
+            changed = length != self.dataset_length or bool(changed_files)
+            if changed:  # the saved data's length, while its position is checked
+                self.epoch_length = length
+            bound = self.epoch_length + sum(c.added for c in self.changes)
             self.skips, self.quarantined = loaded_cuts(state_dict, bound, self.KIND)
             self._cuts = {}
-            fingerprint = {**self.fingerprint, "dataset_length": length}
+            fingerprint = {**self.fingerprint, "dataset_length": length} if changed else None
             self.epoch, consumed = loaded_position(
                 self, state_dict, fingerprint, check_files=not changed_files
             )
-            consumed = self.apply_change(self.KIND, self.epoch, consumed, length, changed_files)
+            if changed:
+                self.apply_change(self.KIND, self.epoch, consumed, length, changed_files)
         except Exception:
             self.skips, self.quarantined, self.changes, self.epoch_length = before
             self._cuts = {}  # nothing changes
