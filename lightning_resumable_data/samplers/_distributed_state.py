@@ -22,6 +22,7 @@ Positions = Any  # an array of positions (or of dataset indices)
 
 __all__ = [
     "PositionOwner",
+    "epoch_position",
     "loaded_cuts",
     "loaded_position",
     "position_state",
@@ -223,9 +224,16 @@ def loaded_position(
             f"num_replicas={saved_replicas} ranks (at most {limit}). The state is "
             "corrupted or belongs to another dataset."
         )
-    # An epoch with no real sample left reads nothing in any layout; past the end of
-    # this layout's epoch (a narrower resume), it is saved again as that end, so the
-    # state it saves loads here too.
+    return state_dict["epoch"], epoch_position(consumed, length, owner)
+
+
+def epoch_position(consumed: int, length: int, owner: PositionOwner) -> int:
+    """``consumed`` of an epoch that reads ``length`` samples, as the current layout reads it.
+
+    An epoch with no real sample left reads nothing in any layout; past the end of this
+    layout's epoch (a narrower resume), it is saved again as that end, so the state it saves
+    loads here too.
+    """
     if consumed >= length:
-        consumed = min(consumed, epoch_total_size(length, owner.num_replicas, drop_last))
-    return state_dict["epoch"], consumed
+        return min(consumed, epoch_total_size(length, owner.num_replicas, owner.drop_last))
+    return consumed

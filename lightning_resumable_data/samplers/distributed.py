@@ -33,6 +33,7 @@ from lightning_resumable_data.samplers._chunks import (
 from lightning_resumable_data.samplers._cut_order import skipping
 from lightning_resumable_data.samplers._cuts import Quarantine
 from lightning_resumable_data.samplers._distributed_state import (
+    epoch_position,
     loaded_cuts,
     loaded_position,
     position_state,
@@ -329,8 +330,10 @@ class DistributedSampler(ChangedOrder, torch.utils.data.DistributedSampler[int])
             self.epoch, consumed = loaded_position(
                 self, state_dict, fingerprint, check_files=not changed_files
             )
-            if changed:
-                self.apply_change(self.KIND, self.epoch, consumed, length, changed_files)
+            if changed:  # at the saved position (a pad past the old epoch's end: its end)
+                at = min(state_dict["consumed"], self.epoch_size(self.epoch))
+                self.apply_change(self.KIND, self.epoch, at, length, changed_files)
+                consumed = epoch_position(at, self.epoch_size(self.epoch), self)
         except Exception:
             self.skips, self.quarantined, self.changes, self.epoch_length = before
             self._cuts = {}  # nothing changes

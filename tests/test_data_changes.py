@@ -1,0 +1,219 @@
+"""A dataset that grew, shrank or was replaced between a checkpoint and its resume (samplers).
+
+Property tests over sizes, layouts, positions and orders: the interrupted epoch reads every
+unread old sample once (the removed ones never) and the new ones once where the policy puts
+them, later epochs are whole over the new dataset, a second change chains, the changes are
+replayed by every later resume, and every refusal names the change and the option.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from lightning_resumable_data import DataChangePolicy, DistributedSampler, StateMismatchError
+
+POLICY = DataChangePolicy()
+
+
+class Pinned:
+    """A dataset of ``n`` samples whose files have identities (as remote shards have)."""
+
+    def __init__(self, n: int, pins: Mapping[str, str]) -> None:
+        self.n, self.pins = n, dict(pins)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> int:
+        return index
+
+
+def samplers(
+    dataset: Any, world: int, policy: DataChangePolicy | None = POLICY, **options: Any
+) -> list[DistributedSampler]:
+    made = [DistributedSampler(dataset, world, rank, seed=5, **options) for rank in range(world)]
+    for sampler in made:
+        sampler.data_changes = policy
+    return made
+
+
+def read(
+    group: list[DistributedSampler], state: dict[str, Any] | None, steps: int | None
+) -> tuple[list[int], dict[str, Any]]:
+    """The global stream of ``steps`` steps of a sample per rank (``None``: all), the state."""
+    for sampler in group:
+        if state is not None:
+            sampler.load_state_dict(state)
+    iterators = [iter(s) for s in group]
+    stream: list[int] = []
+    while steps is None or steps > 0:
+        try:
+            stream += [next(it) for it in iterators]
+        except StopIteration:
+            break
+        steps = None if steps is None else steps - 1
+    first = group[0]
+    return stream, first.state_at(first.epoch, min(first.consumed, first.epoch_size()))
+
+
+def next_epoch(group: list[DistributedSampler]) -> list[int]:
+    for sampler in group:
+        sampler.set_epoch(sampler.epoch + 1)
+    return read(group, None, None)[0]
+
+
+layouts = st.tuples(
+    st.integers(1, 60),  # old length
+    st.integers(1, 60),  # new length
+    st.integers(1, 4),  # world before
+    st.integers(1, 4),  # world after
+    st.integers(0, 30),  # steps before the stop
+    st.sampled_from(["randperm", "feistel"]),
+    st.booleans(),  # shuffle
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(layouts)
+def test_every_unread_sample_once_new_ones_once_later_epochs_whole(case: tuple[Any, ...]) -> None:
+    old, new, world, world_after, steps, algorithm, shuffle = case
+    options = {"algorithm": algorithm, "shuffle": shuffle, "drop_last": True}
+    before, state = read(samplers(range(old), world, **options), None, steps)
+    group = samplers(range(new), world_after, **options)
+    rest, _ = read(group, state, None)
+    unread = Counter(range(min(old, new))) - Counter(before)
+    added = Counter(range(old, new))
+    expected = unread + added
+    got = Counter(rest)
+    assert all(i < new for i in rest)  # a removed sample is never read
+    assert got <= expected  # nothing twice, nothing read before (drop_last drops a tail)
+    assert sum((expected - got).values()) < world_after  # only the ragged tail is dropped
+    first = min(sum(unread.values()), len(rest))
+    if state["consumed"]:  # (at an epoch's start the epoch simply has the new order)
+        assert all(i < old for i in rest[:first])  # the unread old samples come first,
+        assert all(i >= old for i in rest[first:])  # then the new ones
+    later = next_epoch(group)  # the next epoch: the new dataset's order, its tail dropped
+    assert len(set(later)) == len(later) == new - new % world_after
+    assert set(later) <= set(range(new))
+
+
+@settings(max_examples=60, deadline=None)
+@given(layouts, st.integers(1, 60), st.integers(0, 10))
+def test_a_second_change_in_the_same_epoch_chains(
+    case: tuple[Any, ...], newer: int, more: int
+) -> None:
+    old, new, world, world_after, steps, algorithm, shuffle = case
+    options = {"algorithm": algorithm, "shuffle": shuffle, "drop_last": True}
+    first, state = read(samplers(range(old), world, **options), None, steps)
+    group = samplers(range(new), world_after, **options)
+    middle, state = read(group, state, more)
+    # a sampler alone does not turn an epoch's end into the next epoch's start (the loader
+    # does): only changes inside the epoch are compared
+    assume(state["epoch"] == 0 and group[0].samples_left(state["consumed"]) > 0)
+    rest, _ = read(samplers(range(newer), 1, **options), state, None)
+    read_before = first + middle
+    assert len(set(rest)) == len(rest)  # nothing twice after the second change
+    assert not set(rest) & {i for i in read_before if i < min(old, new, newer)}  # nor again
+    assert all(i < newer for i in rest)
+    survivors = set(range(min(old, new, newer))) - set(read_before)
+    assert survivors <= set(rest)  # every sample that was never removed or read is read
+    assert set(range(max(old, new), newer)) <= set(rest)  # samples new in the end: read
+
+
+def test_the_next_epoch_option_keeps_the_interrupted_epoch_as_it_was() -> None:
+    policy = DataChangePolicy(grown="next_epoch")
+    before, state = read(samplers(range(40), 2), None, 5)
+    group = samplers(range(60), 2, policy)
+    rest, _ = read(group, state, None)
+    assert sorted(before + rest) == list(range(40))
+    assert sorted(next_epoch(group)) == list(range(60))
+
+
+def test_the_changes_are_saved_and_replayed_on_any_layout() -> None:
+    _, state = read(samplers(range(30), 2), None, 4)
+    group = samplers(range(50), 3)
+    _, saved = read(group, state, 2)
+    assert saved["changes"] == [[0, 8, 30, 50, 30, 50, 30]]
+    assert saved["fingerprint"]["dataset_length"] == 50
+    tail_here, _ = read(samplers(range(50), 3), saved, None)
+    tail_there, _ = read(samplers(range(50), 1), saved, None)
+    assert tail_there[: len(tail_here)] == tail_here  # 1 rank reads 3 ranks' global order
+    assert group[0].last_change is not None
+    assert group[0].last_change.added == 20
+    assert "grew 30 -> 50" in group[0].last_change.describe()
+
+
+def test_a_change_at_an_epoch_start_gives_that_epoch_the_new_order() -> None:
+    group = samplers(range(12), 1)
+    state = group[0].state_at(1, 0)  # saved at the end of epoch 0
+    resumed = samplers(range(20), 1)
+    rest, _ = read(resumed, state, None)
+    plain = DistributedSampler(range(20), 1, 0, seed=5)
+    plain.set_epoch(1)
+    assert rest == list(plain)  # exactly the order a fresh run over 20 has in epoch 1
+
+
+def test_quarantine_and_sample_keys_follow_the_changed_order() -> None:
+    _, state = read(samplers(range(20), 1), None, 6)
+    group = samplers(range(26), 1, sample_keys=True)
+    group[0].load_state_dict(state)
+    group[0].quarantine([21, 3])
+    keys = list(group[0])
+    indices = [int(k) for k in keys]
+    assert 21 not in indices
+    assert 3 not in indices[:]  # quarantined from the resume on
+    assert [k.position for k in keys] == list(range(6, 6 + len(keys)))
+
+
+@pytest.mark.parametrize(
+    ("policy", "new", "words"),
+    [
+        (None, 12, ("grew from 10 to 12", "no DataChangePolicy", "data_changes=")),
+        (DataChangePolicy(grown="refuse"), 12, ("grew from 10 to 12", "grown='this_epoch'")),
+        (DataChangePolicy(shrunk="refuse"), 8, ("shrank from 10 to 8", "shrunk='skip_removed'")),
+    ],
+)
+def test_a_refused_change_names_it_and_the_option_and_changes_nothing(
+    policy: DataChangePolicy | None, new: int, words: tuple[str, ...]
+) -> None:
+    _, state = read(samplers(range(10), 1), None, 3)
+    sampler = samplers(range(new), 1, policy)[0]
+    if policy is None:  # no policy: the sampler's usual fingerprint check refuses it
+        words = ("dataset_length: saved 10, now 12",)
+    with pytest.raises(StateMismatchError) as error:
+        sampler.load_state_dict(state)
+    for word in words:
+        assert word in str(error.value)
+    assert (sampler.epoch, sampler.consumed, sampler.changes) == (0, 0, [])
+    assert sampler.epoch_length == new
+
+
+def test_replaced_files_are_refused_by_default_and_reread_by_option() -> None:
+    _, state = read(samplers(Pinned(10, {"a.bin": "etag=1"}), 1), None, 4)
+    changed = Pinned(10, {"a.bin": "etag=2"})
+    with pytest.raises(StateMismatchError, match=r"files changed since the checkpoint \('a.bin'\)"):
+        samplers(changed, 1)[0].load_state_dict(state)
+    group = samplers(changed, 1, DataChangePolicy(replaced="remove_and_add"))
+    rest, _ = read(group, state, None)
+    assert sorted(rest) == list(range(10))  # the new data, once, in the rest of the epoch
+    report = group[0].last_change
+    assert report is not None
+    assert (report.removed, report.added) == (6, 10)
+
+
+def test_a_malformed_changes_entry_is_refused() -> None:
+    _, state = read(samplers(range(10), 1), None, 3)
+    state["changes"] = [[0, 3, 10]]
+    with pytest.raises(StateMismatchError, match="'changes' entry must be"):
+        samplers(range(10), 1)[0].load_state_dict(state)
+
+
+def test_a_policy_with_an_unknown_value_is_refused() -> None:
+    with pytest.raises(ValueError, match="grown='later'"):
+        DataChangePolicy(grown="later")  # type: ignore[arg-type]
