@@ -90,7 +90,8 @@ def train_loader(dm: ResumableDataModule) -> StatefulDataLoader:
                 algorithm=dm.algorithm,
                 sample_keys=dm.sample_keys,
             )
-            sampler.data_changes = dm.data_changes
+            if getattr(dataset, "packing", None) is None:  # packed samples: not append-only
+                sampler.data_changes = dm.data_changes
     max_epochs = dm.trainer.max_epochs if dm.trainer is not None else None
     if dm._loader_state is None and _reloading(dm):
         dm._loader_state = dm.train_loader.state_dict()  # type: ignore[union-attr]

@@ -67,6 +67,7 @@ def _followed(dm: ResumableDataModule, saved: object, now: Mapping[str, int]) ->
         and isinstance(saved, Mapping)
         and list(saved) == list(now) == [""]
         and not isinstance(dm.train_dataset, DistributedShardedDataset)
+        and getattr(dm.train_dataset, "packing", None) is None  # a corpus repacks when it grows
     )
 
 
