@@ -12,9 +12,13 @@ trained from there.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from faults.runner import ForkServer
@@ -109,3 +113,39 @@ def test_a_second_resume_after_the_change_replays_it(runs: Runs, killed: Path) -
     expected = [x for x in ledger(first).ranks[0] if int(x["step"]) >= step]
     merged = ledger(again).stream()
     assert merged == [i for x in expected for i in map(int, x["ids"])]  # type: ignore[call-overload]
+
+
+def inspect(ckpt: Path, *args: str) -> dict[str, object]:
+    """``lrd inspect CKPT --json ...``, as a user runs it."""
+    command = [sys.executable, "-m", "lightning_resumable_data.cli", "inspect", str(ckpt)]
+    done = subprocess.run([*command, "--json", *args], capture_output=True, text=True, check=True)
+    return dict(json.loads(done.stdout))
+
+
+@pytest.mark.parametrize(("n", "policy"), [(80, "this_epoch"), (80, "next_epoch"), (48, None)])
+def test_the_dry_run_counts_what_the_resumed_run_trains(
+    runs: Runs, killed: Path, n: int, policy: str | None
+) -> None:
+    options = ["--grown", policy] if policy else []
+    ckpt = killed / "ckpt" / f"step={KILL}.ckpt"
+    dry: Any = inspect(ckpt, "--dataset-length", str(n), *options)["data_changes"]
+    planned = dry["dry_run"]
+    name = f"dry-{n}-{policy}"
+    resumed = read(resume(runs, killed, name, n, *options))
+    before = read(killed)
+    assert planned["left"] == len(resumed[1])  # samples the interrupted epoch still reads
+    assert planned["added"] == len([i for i in resumed[1] if i >= N])
+    assert planned["removed"] == len(set(range(n, N)) - set(before[1]))
+    assert planned["unread_old"] == len([i for i in resumed[1] if i < N])
+    recorded = inspect(runs.root / name / "ckpt" / f"step={KILL + 2}.ckpt")["data_changes"]
+    assert recorded["recorded"] == [  # type: ignore[index]
+        {
+            "epoch": 1,
+            "position": planned["position"],
+            "old_length": N,
+            "new_length": n,
+            "added_start": N if n > N else n,
+            "added_stop": n if policy == "this_epoch" else N if n > N else n,
+            "removed_from": N if n > N else n,
+        }
+    ]

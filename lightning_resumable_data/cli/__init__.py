@@ -1,3 +1,4 @@
+# size: every command's arguments in one parser (lrd --help lists them all), none of them heavy
 """``lrd``: look into checkpoints and plan mixtures from the command line.
 
 * ``lrd inspect CHECKPOINT``: where the data stands in a Lightning (or Fabric) checkpoint,
@@ -75,6 +76,18 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         help_ = f"{what} of the resume (default: the saved one)"
         inspect.add_argument(flag, type=_at_least(1), metavar=metavar, help=help_)
+    inspect.add_argument(
+        "--dataset-length",
+        type=_at_least(0),
+        metavar="N",
+        help="dry-run a resume over N training samples (docs/changes.md)",
+    )
+    for flag, choices in (
+        ("--grown", ("this_epoch", "next_epoch", "refuse")),
+        ("--shrunk", ("skip_removed", "refuse")),
+    ):
+        help_ = f"DataChangePolicy({flag[2:]}=...) of the dry run (default: {choices[0]})"
+        inspect.add_argument(flag, choices=choices, default=choices[0], help=help_)
     inspect.add_argument(
         "--unsafe-unpickle",
         action="store_true",
@@ -242,7 +255,14 @@ def _run(args: argparse.Namespace) -> int:
         report = inspect(
             args.checkpoint, args.world_size, args.batch_size, unsafe_unpickle=args.unsafe_unpickle
         )
+        from lightning_resumable_data.cli._change_report import format_changes, inspect_changes
+
+        changes = inspect_changes(args)
+        if changes["recorded"] or "dry_run" in changes:
+            report["data_changes"] = changes
         print(json.dumps(report, indent=2) if args.json else format_inspect(report))
+        if not args.json and "data_changes" in report:
+            print(format_changes(changes))
         return 0
     from lightning_resumable_data.cli.plan import format_plan, load_config, make_plan
 

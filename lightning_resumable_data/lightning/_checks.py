@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sized
 
 from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
 
+from lightning_resumable_data.samplers.data_changes import DataChangePolicy
 from lightning_resumable_data.samplers.distributed import check_non_negative_int
 
 __all__ = [
@@ -147,3 +148,13 @@ def describe_sources(saved: object, now: object) -> str:
     if isinstance(saved, Mapping) and isinstance(now, Mapping) and list(saved) == list(now) == [""]:
         return f"dataset length: saved {saved['']}, now {now['']}"
     return f"sources: saved {saved!r}, now {now!r}"
+
+
+def check_data_changes(policy: object) -> DataChangePolicy | None:
+    """``ResumableDataModule(data_changes=...)``, checked: a policy or ``None``."""
+    if policy is not None and not isinstance(policy, DataChangePolicy):
+        raise TypeError(
+            f"data_changes={policy!r} must be a DataChangePolicy(...) or None, e.g. "
+            "data_changes=DataChangePolicy(grown='next_epoch')."
+        )
+    return policy

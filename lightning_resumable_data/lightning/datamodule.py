@@ -17,6 +17,7 @@ from typing_extensions import override
 from lightning_resumable_data.index.permutation import PermutationAlgorithm, check_algorithm
 from lightning_resumable_data.lightning._checks import (
     check_batch_sizes,
+    check_data_changes,
     check_dataset,
     check_weights_for,
 )
@@ -85,16 +86,12 @@ class ResumableDataModule(pl.LightningDataModule):
         prefetch_factor: Batches each worker loads ahead.
         sample_keys: Give datasets :class:`~lightning_resumable_data.SampleKey` indices.
         collate_fn: Batch collation.
-        return_source: Training samples of a mixture come as ``(sample, source_name)``
-            (collated: ``[batch, names]``), for per-source metrics (see
-            :func:`~lightning_resumable_data.lightning.mixing.log_source_values`).
+        return_source: Mixture samples come as ``(sample, source_name)``, for per-source
+            metrics (:func:`~lightning_resumable_data.lightning.mixing.log_source_values`).
         allow_config_change: Resume even if the seed or datasets changed (the position is
             kept; the order after it follows the new configuration).
-        data_changes: What a resume does when the training dataset grew, shrank or was
-            replaced since the checkpoint (single dataset): see
-            :class:`~lightning_resumable_data.DataChangePolicy` and ``docs/changes.md``. The
-            default reads grown data once in the interrupted epoch after its unread samples,
-            skips removed samples, and refuses replaced files; ``None`` refuses every change.
+        data_changes: What resuming over grown, shrunk or replaced data does
+            (:class:`~lightning_resumable_data.DataChangePolicy`); ``None`` refuses it.
 
     Example:
         >>> dm = ResumableDataModule(range(100), batch_size=8, seed=1)
@@ -139,12 +136,9 @@ class ResumableDataModule(pl.LightningDataModule):
         data_changes: DataChangePolicy | None = DataChangePolicy(),  # noqa: B008 (frozen)
     ) -> None:
         super().__init__()
-        for argument, value in (
-            ("train_dataset", train_dataset),
-            ("val_dataset", val_dataset),
-            ("test_dataset", test_dataset),
-        ):
-            check_dataset(argument, value)
+        datasets = {"train": train_dataset, "val": val_dataset, "test": test_dataset}
+        for name, value in datasets.items():
+            check_dataset(f"{name}_dataset", value)
         self.train_dataset = train_dataset
         self.val_dataset = val_dataset
         self.test_dataset = test_dataset
@@ -164,12 +158,7 @@ class ResumableDataModule(pl.LightningDataModule):
         self.sample_keys = sample_keys
         self.collate_fn = collate_fn
         self.allow_config_change = allow_config_change
-        if data_changes is not None and not isinstance(data_changes, DataChangePolicy):
-            raise TypeError(
-                f"data_changes={data_changes!r} must be a DataChangePolicy(...) or None, e.g. "
-                "data_changes=DataChangePolicy(grown='next_epoch')."
-            )
-        self.data_changes = data_changes
+        self.data_changes = check_data_changes(data_changes)
         if not isinstance(return_source, bool):
             raise TypeError(f"return_source={return_source!r} must be True or False.")
         self.return_source = return_source
@@ -227,9 +216,8 @@ class ResumableDataModule(pl.LightningDataModule):
         """
         if predict_dataset is not None:
             raise ValueError(
-                "ResumableDataModule has no predict loader; pass predict_dataset to a "
-                "LightningDataModule of its own, or return its DataLoader from "
-                "LightningModule.predict_dataloader."
+                "ResumableDataModule has no predict loader; return one from "
+                "LightningModule.predict_dataloader (or another LightningDataModule)."
             )
         return cls(
             train_dataset,

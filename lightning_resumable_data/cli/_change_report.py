@@ -1,0 +1,120 @@
+"""``lrd inspect --dataset-length N``: what a resume over a dataset that changed would do.
+
+A dry run: the sampler the checkpoint's state describes is rebuilt over ``N`` samples under
+the policy, the saved state is loaded into it, and the change it records is reported with
+its counts (old samples left, removed, added) before anything runs.
+
+Example:
+    >>> from lightning_resumable_data import DistributedSampler
+    >>> sampler = DistributedSampler(range(10), num_replicas=1, rank=0, seed=0)
+    >>> state = sampler.state_at(0, 4)
+    >>> report = change_report(state, 15, DataChangePolicy())
+    >>> report["left"], report["added"], report["removed"]
+    (11, 5, 0)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from lightning_resumable_data.cli._errors import CliError
+from lightning_resumable_data.index.changes import DataChange
+from lightning_resumable_data.samplers.data_changes import DataChangePolicy
+from lightning_resumable_data.state import StateMismatchError
+
+__all__ = ["change_report", "checkpoint_changes", "format_changes", "inspect_changes"]
+
+
+def change_report(
+    sampler_state: Mapping[str, Any], new_length: int, policy: DataChangePolicy
+) -> dict[str, Any]:
+    """The change a resume over ``new_length`` samples would record, with its counts.
+
+    Raises:
+        CliError: The checkpoint's sampler is not a single dataset's, or the policy refuses
+            the change (the message says why and which option accepts it).
+    """
+    from lightning_resumable_data.samplers.distributed import DistributedSampler
+
+    fingerprint = sampler_state.get("fingerprint") or {}
+    if sampler_state.get("kind") != DistributedSampler.KIND:
+        raise CliError(
+            f"--dataset-length needs a single dataset's checkpoint; this one holds a "
+            f"{sampler_state.get('kind')!r} state",
+            hint="a mixture or a sharded dataset cannot follow changed data yet (docs/changes.md).",
+        )
+    old = int(fingerprint.get("dataset_length", 0))
+    sampler = DistributedSampler(
+        range(new_length),
+        num_replicas=int(sampler_state.get("num_replicas", 1)),
+        rank=0,
+        shuffle=bool(fingerprint.get("shuffle", True)),
+        seed=int(fingerprint.get("seed", 0)),
+        drop_last=bool(fingerprint.get("drop_last", False)),
+        algorithm=fingerprint.get("algorithm", "randperm"),
+    )
+    sampler.data_changes = policy
+    try:
+        sampler.load_state_dict(dict(sampler_state))
+    except StateMismatchError as error:
+        raise CliError(str(error), hint="see docs/changes.md for the policy.") from None
+    report = sampler.last_change
+    if report is None:
+        return {"old_length": old, "new_length": new_length, "change": None}
+    return {
+        "old_length": old,
+        "new_length": new_length,
+        "epoch": report.change.epoch,
+        "position": report.change.position,
+        "unread_old": report.unread_before - report.removed,
+        "removed": report.removed,
+        "added": report.added,
+        "left": report.left,
+        "later_epochs": new_length,
+        "text": report.describe(),
+    }
+
+
+def inspect_changes(args: Any) -> dict[str, Any]:
+    """``lrd inspect``'s recorded data changes and, with ``--dataset-length``, the dry run."""
+    policy = DataChangePolicy(grown=args.grown, shrunk=args.shrunk)
+    path, unsafe = args.checkpoint, args.unsafe_unpickle
+    return checkpoint_changes(path, args.dataset_length, policy, unsafe_unpickle=unsafe)
+
+
+def checkpoint_changes(
+    path: Path, new_length: int | None, policy: DataChangePolicy, *, unsafe_unpickle: bool
+) -> dict[str, Any]:
+    """The changes a checkpoint records and, with ``new_length``, the dry run of one more."""
+    from lightning_resumable_data.cli._reading import find_data_state, load_checkpoint
+
+    found = find_data_state(load_checkpoint(path, unsafe_unpickle=unsafe_unpickle), str(path))
+    sampler_state = found.loader.get("sampler") or {}
+    recorded = [
+        dict(zip(_FIELDS, entry, strict=True)) for entry in sampler_state.get("changes") or []
+    ]
+    out: dict[str, Any] = {"recorded": recorded}
+    if new_length is not None:
+        out["dry_run"] = change_report(sampler_state, new_length, policy)
+    return out
+
+
+_FIELDS = DataChange._fields
+
+
+def format_changes(found: Mapping[str, Any]) -> str:
+    """The changes as ``lrd inspect`` prints them, after its report."""
+    lines = []
+    for change in found["recorded"]:
+        lines.append(
+            f"data change  epoch {change['epoch']} at sample {change['position']}: "
+            f"{change['old_length']} -> {change['new_length']} samples "
+            f"({change['added_stop'] - change['added_start']} added to that epoch)"
+        )
+    dry = found.get("dry_run")
+    if dry is not None:
+        text = dry.get("text") or f"The dataset has {dry['new_length']} samples: no change."
+        lines.append(f"dry run      {text}")
+    return "\n".join(lines)
