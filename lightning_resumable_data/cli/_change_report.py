@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -116,5 +117,6 @@ def format_changes(found: Mapping[str, Any]) -> str:
     dry = found.get("dry_run")
     if dry is not None:
         text = dry.get("text") or f"The dataset has {dry['new_length']} samples: no change."
-        lines.append(f"dry run      {text}")
+        wrapped = textwrap.wrap(text, 87)
+        lines += [f"{'dry run' if i == 0 else '':<13}{line}" for i, line in enumerate(wrapped)]
     return "\n".join(lines)
