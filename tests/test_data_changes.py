@@ -16,7 +16,13 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from lightning_resumable_data import DataChangePolicy, DistributedSampler, StateMismatchError
+from lightning_resumable_data import (
+    DataChangePolicy,
+    DistributedSampler,
+    MixtureDataset,
+    MixtureSampler,
+    StateMismatchError,
+)
 
 POLICY = DataChangePolicy()
 
@@ -164,7 +170,7 @@ def test_quarantine_and_sample_keys_follow_the_changed_order() -> None:
     group = samplers(range(26), 1, sample_keys=True)
     group[0].load_state_dict(state)
     group[0].quarantine([21, 3])
-    keys = list(group[0])
+    keys: list[Any] = list(group[0])
     indices = [int(k) for k in keys]
     assert 21 not in indices
     assert 3 not in indices[:]  # quarantined from the resume on
@@ -217,3 +223,64 @@ def test_a_malformed_changes_entry_is_refused() -> None:
 def test_a_policy_with_an_unknown_value_is_refused() -> None:
     with pytest.raises(ValueError, match="grown='later'"):
         DataChangePolicy(grown="later")  # type: ignore[arg-type]
+
+
+def mixture_group(
+    weights: list[float], world: int, policy: DataChangePolicy | None = POLICY
+) -> list[MixtureSampler]:
+    mix = MixtureDataset({"web": range(50), "code": range(30), "math": range(20)})
+    made = [
+        MixtureSampler(mix, weights, world, rank, seed=7, samples_per_epoch=90)
+        for rank in range(world)
+    ]
+    for sampler in made:
+        sampler.data_changes = policy
+    return made
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.floats(0.0, 5.0), min_size=3, max_size=3).filter(lambda w: sum(w) > 0.1),
+    st.integers(1, 3),
+    st.integers(1, 3),
+    st.integers(0, 40),
+)
+def test_a_mixture_reweighted_at_the_resume_draws_each_sample_at_most_once_per_pass(
+    weights: list[float], world: int, world_after: int, steps: int
+) -> None:
+    before, state = read(mixture_group([1.0, 1.0, 1.0], world), None, steps)  # type: ignore[arg-type]
+    group = mixture_group(weights, world_after)
+    rest, _ = read(group, state, None)  # type: ignore[arg-type]
+    drawn = Counter(before + rest)
+    for first, size in ((0, 50), (50, 30), (80, 20)):  # each source read as whole passes:
+        mine = [drawn[i] for i in range(first, first + size)]  # a sample is drawn once per
+        passes = sum(mine) // size  # finished pass, and once more if the pass going on
+        assert all(passes <= n <= passes + 1 for n in mine)  # reached it
+        assert sum(n > passes for n in mine) == sum(mine) % size
+    assert group[0].weights_at(0, state["consumed"]) == pytest.approx(
+        dict(zip(["web", "code", "math"], [w / sum(weights) for w in weights], strict=True))
+    )
+    again, _ = read(mixture_group(weights, 1), state, None)  # type: ignore[arg-type]
+    assert again[: len(rest)] == rest  # the same change from the same checkpoint, any layout
+
+
+def test_a_second_resume_replays_the_reweight_without_a_new_change() -> None:
+    _, state = read(mixture_group([1.0, 1.0, 1.0], 1), None, 10)  # type: ignore[arg-type]
+    first = mixture_group([4.0, 1.0, 0.0], 1)
+    _, middle = read(first, state, 15)  # type: ignore[arg-type]
+    resumed = mixture_group([4.0, 1.0, 0.0], 2)
+    rest, _ = read(resumed, middle, None)  # type: ignore[arg-type]
+    assert resumed[0].last_reweight is None  # in force already: nothing new recorded
+    online = [e for e in middle["schedule"] if e["kind"] == "online"]
+    assert [(e["epoch"], e["position"]) for e in online] == [(0, 10)]
+    assert all(i < 80 for i in rest)  # math (indices 80..99) weighs 0 from the resume on
+    assert first[0].last_reweight is not None
+    assert first[0].last_reweight["left_after"]["math"] == 0
+
+
+def test_a_reweight_is_refused_without_a_policy() -> None:
+    _, state = read(mixture_group([1.0, 1.0, 1.0], 1), None, 4)  # type: ignore[arg-type]
+    with pytest.raises(StateMismatchError, match="initial"):
+        mixture_group([2.0, 1.0, 1.0], 1, DataChangePolicy(sources="refuse"))[0].load_state_dict(
+            state
+        )

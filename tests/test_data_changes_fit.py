@@ -112,7 +112,7 @@ def test_a_second_resume_after_the_change_replays_it(runs: Runs, killed: Path) -
     )
     expected = [x for x in ledger(first).ranks[0] if int(x["step"]) >= step]
     merged = ledger(again).stream()
-    assert merged == [i for x in expected for i in map(int, x["ids"])]  # type: ignore[call-overload]
+    assert merged == [i for x in expected for i in map(int, x["ids"])]
 
 
 def inspect(ckpt: Path, *args: str) -> dict[str, object]:
@@ -149,3 +149,68 @@ def test_the_dry_run_counts_what_the_resumed_run_trains(
             "removed_from": N if n > N else n,
         }
     ]
+
+
+SOURCES = {"web": (0, 40), "code": (40, 16), "math": (56, 8)}  # matrix/train.py's mixture
+
+
+@pytest.fixture(scope="module")
+def killed_mixture(runs: Runs) -> Path:
+    """The mixture (web 0.5, code 0.3, math 0.2; 64 a epoch) SIGKILLed at step 20."""
+    out = runs.root / "killed-mixture"
+    out.mkdir()
+    outcome = runs.server.run(
+        ["--out", str(out), "--mixture", "--kill", str(KILL)], out / "log.txt"
+    )
+    assert outcome.rc == -9, outcome.tail()
+    return out
+
+
+def assert_whole_passes(ids: list[int], sources: dict[str, tuple[int, int]]) -> None:
+    """Each source is read as passes: a sample once per finished pass, +1 if reached."""
+    seen = Counter(ids)
+    for first, size in sources.values():
+        mine = [seen[i] for i in range(first, first + size)]
+        passes = sum(mine) // size
+        assert all(passes <= n <= passes + 1 for n in mine), (first, mine)
+        assert sum(n > passes for n in mine) == sum(mine) % size
+
+
+@pytest.mark.parametrize("devices", [1, 2])
+def test_a_mixture_resumed_under_new_weights_changes_them_at_the_resume(
+    runs: Runs, killed_mixture: Path, devices: int
+) -> None:
+    ckpt = killed_mixture / "ckpt" / f"step={KILL}.ckpt"
+    args = ["--mixture", "--weights", "web=0.1,code=0.1,math=0.8", "--devices", str(devices)]
+    after = runs.run(runs.root / f"reweighted-{devices}", ["--ckpt", str(ckpt), *args])
+    before, resumed = read(killed_mixture), read(after)
+    assert_whole_passes(before[1] + resumed[1], SOURCES)  # nothing skipped or repeated
+    assert_whole_passes(resumed[2], SOURCES)
+    math = [i for i in resumed[2] if i >= 56]
+    assert len(math) == round(0.8 * 64)  # the next epoch: the new weights' exact counts
+    assert len([i for i in resumed[1] if i >= 56]) > len([i for i in before[1] if i >= 56])
+    if devices == 2:  # a second resume, from a checkpoint after the change, replays it
+        again = runs.run(
+            runs.root / "reweighted-again",
+            ["--ckpt", str(after / "ckpt" / f"step={KILL + 3}.ckpt"), *args[:3]],
+        )
+        expected = [x for x in ledger(after).stream()][len(ledger(after).cut(KILL + 3).stream()) :]
+        assert ledger(again).stream() == expected
+
+
+def test_a_removed_source_weighs_zero_from_the_resume_on(runs: Runs, killed_mixture: Path) -> None:
+    ckpt = killed_mixture / "ckpt" / f"step={KILL}.ckpt"
+    args = ["--ckpt", str(ckpt), "--mixture", "--drop-source", "math"]
+    after = runs.run(runs.root / "removed", args)
+    before, resumed = read(killed_mixture), read(after)
+    assert not [i for epoch in resumed.values() for i in epoch if i >= 56]  # never drawn
+    kept = {k: v for k, v in SOURCES.items() if k != "math"}
+    assert_whole_passes([i for i in before[1] if i < 56] + resumed[1], kept)
+    assert_whole_passes(resumed[2], kept)
+    assert len(resumed[2]) == 64
+    again = runs.run(  # a second resume: the removed source's place is kept
+        runs.root / "removed-again",
+        ["--ckpt", str(after / "ckpt" / f"step={KILL + 2}.ckpt"), *args[2:]],
+    )
+    expected = ledger(after).stream()[len(ledger(after).cut(KILL + 2).stream()) :]
+    assert ledger(again).stream() == expected

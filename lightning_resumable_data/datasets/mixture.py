@@ -11,7 +11,29 @@ import torch.utils.data
 from lightning_resumable_data.pins import dataset_pins
 from lightning_resumable_data.randomness import KeyedBatch, SampleKey
 
-__all__ = ["MixtureDataset", "check_mixture"]
+__all__ = ["MixtureDataset", "RemovedSource", "check_mixture"]
+
+
+class RemovedSource(torch.utils.data.Dataset[Any]):
+    """The place of a source removed from a mixture since a checkpoint: never drawn.
+
+    It keeps the source's size, so the other sources keep their global indices and the
+    mixture's order up to the resume stays what it was; the source weighs 0 from the resume
+    on (see ``docs/changes.md``). Reading it raises.
+    """
+
+    def __init__(self, name: str, size: int) -> None:
+        self.name, self.size = name, size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> Any:
+        raise RuntimeError(
+            f"source {self.name!r} was removed from the mixture at a resume and weighs 0: "
+            "nothing may draw from it. This is a bug of lightning-resumable-data; please "
+            "report it."
+        )
 
 
 class MixtureDataset(torch.utils.data.Dataset[Any]):
@@ -65,6 +87,13 @@ class MixtureDataset(torch.utils.data.Dataset[Any]):
 
     def __len__(self) -> int:
         return int(self._starts[-1])
+
+    @property
+    def removed(self) -> tuple[str, ...]:
+        """Names of the sources removed since a checkpoint (:class:`RemovedSource`)."""
+        return tuple(
+            n for n, d in zip(self.names, self.sources, strict=True) if isinstance(d, RemovedSource)
+        )
 
     @property
     def pins(self) -> dict[str, str]:

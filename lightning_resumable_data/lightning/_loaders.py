@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader
 
 from lightning_resumable_data.datasets.mixture import MixtureDataset
 from lightning_resumable_data.lightning._checks import check_dataset, check_weights_for
+from lightning_resumable_data.lightning._module_state import mixture_sources
 from lightning_resumable_data.lightning._phases import schedule_phases
 from lightning_resumable_data.loader import StatefulDataLoader
 from lightning_resumable_data.samplers.distributed import DistributedSampler
@@ -44,8 +45,9 @@ def train_loader(dm: ResumableDataModule) -> StatefulDataLoader:
     sampler: DistributedSampler
     dataset: Any = dm.train_dataset
     if isinstance(dataset, Mapping):
-        dataset = MixtureDataset(dataset, return_source=dm.return_source)
-        weights = dm.weights or dict(zip(dataset.names, map(float, dataset.sizes), strict=True))
+        dataset = MixtureDataset(mixture_sources(dm), return_source=dm.return_source)
+        sizes = {n: float(s) for n, s in zip(dataset.names, dataset.sizes, strict=True)}
+        weights = dm.weights or {n: w for n, w in sizes.items() if n not in dataset.removed}
         sampler = MixtureSampler(
             dataset,
             weights,
@@ -57,6 +59,7 @@ def train_loader(dm: ResumableDataModule) -> StatefulDataLoader:
             sample_keys=dm.sample_keys,
         )
         sampler.allow_schedule_change = dm.allow_config_change
+        sampler.data_changes = dm.data_changes  # other weights or a removed source
         schedule_phases(
             sampler,
             dm.phases,

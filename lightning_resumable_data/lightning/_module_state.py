@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info
 
+from lightning_resumable_data.datasets.mixture import RemovedSource
 from lightning_resumable_data.lightning._checks import describe_sources
 from lightning_resumable_data.samplers.schedule import phase_dict
 from lightning_resumable_data.shards.dataset import DistributedShardedDataset
@@ -22,7 +23,7 @@ from lightning_resumable_data.state import StateMismatchError
 if TYPE_CHECKING:
     from lightning_resumable_data.lightning.datamodule import ResumableDataModule
 
-__all__ = ["data_config", "load_module_state", "module_state"]
+__all__ = ["data_config", "load_module_state", "mixture_sources", "module_state"]
 
 _STATE_VERSION = 1
 
@@ -31,7 +32,7 @@ def data_config(dm: ResumableDataModule) -> dict[str, Any]:
     """What a resume compares: sources, sizes, seed, world size, batch size, phases."""
     dataset = dm.train_dataset
     if isinstance(dataset, Mapping):
-        sources = {name: len(d) for name, d in dataset.items()}  # type: ignore[arg-type]
+        sources = {name: len(d) for name, d in mixture_sources(dm).items()}
     else:
         sources = {"": len(dataset)} if dataset is not None else {}  # type: ignore[arg-type]
     num_replicas, _ = dm.world()
@@ -71,6 +72,31 @@ def _followed(dm: ResumableDataModule, saved: object, now: Mapping[str, int]) ->
     )
 
 
+def _removed(
+    dm: ResumableDataModule, saved: object, now: Mapping[str, int]
+) -> dict[str, int] | None:
+    """The saved mixture's sources in order, with sizes, if only some were removed since."""
+    policy = getattr(dm, "data_changes", None)
+    if policy is None or policy.sources != "at_resume" or not isinstance(saved, Mapping):
+        return None
+    if dm.phases:  # the phases weigh every source: refused as a change of the sources
+        return None
+    gone = [name for name in saved if name not in now]
+    kept = [name for name in saved if name in now]
+    if not gone or "" in saved or kept != list(now) or any(saved[n] != now[n] for n in kept):
+        return None
+    return {str(name): int(size) for name, size in saved.items()}
+
+
+def mixture_sources(dm: ResumableDataModule) -> dict[str, Any]:
+    """``dm``'s training sources, with a placeholder for each one removed since a checkpoint."""
+    current: Mapping[str, Any] = dm.train_dataset  # type: ignore[assignment]
+    saved: dict[str, int] | None = getattr(dm, "_removed_sources", None)
+    if not saved:
+        return dict(current)
+    return {n: current[n] if n in current else RemovedSource(n, size) for n, size in saved.items()}
+
+
 def load_module_state(dm: ResumableDataModule, state_dict: dict[str, Any]) -> None:
     """Check a saved entry against ``dm``'s configuration; keep its position for the loader.
 
@@ -92,6 +118,10 @@ def load_module_state(dm: ResumableDataModule, state_dict: dict[str, Any]) -> No
     }
     if _followed(dm, saved.get("sources"), now["sources"]):
         changed.pop("sources", None)  # the sampler records the change (DataChangePolicy)
+    removed = _removed(dm, saved.get("sources"), now["sources"])
+    if removed is not None:  # kept in place, weighing 0 from the resume on
+        dm._removed_sources = removed
+        changed.pop("sources", None)
     if changed.get("phases") and not now["phases"] and not dm.allow_config_change:
         raise StateMismatchError(
             f"Cannot resume: the checkpoint's data position follows mixture phases "

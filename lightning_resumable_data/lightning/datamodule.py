@@ -167,6 +167,7 @@ class ResumableDataModule(pl.LightningDataModule):
         self._loader_state: dict[str, Any] | None = None  # restored, applied at build
         self._saved_global_step = 0  # the optimizer step the restored position belongs to
         self._loader_trainer: pl.Trainer | None = None  # the trainer that built train_loader
+        self._removed_sources: dict[str, int] | None = None  # the saved sources, if some left
 
     @property
     def trainer(self) -> pl.Trainer | None:

@@ -147,6 +147,8 @@ class MixtureConfig:
         """A weight per source, in the mixture's order, after checking them."""
         names = self.mixture.names
         if isinstance(weights, Mapping):
+            removed = getattr(self.mixture, "removed", ())  # weigh 0: need not be named
+            weights = {**dict.fromkeys(removed, 0.0), **weights}
             unknown = sorted(set(weights) - set(names))
             missing = [n for n in names if n not in weights]
             if unknown or missing:

@@ -26,6 +26,7 @@ __all__ = ["ChangeReport", "DataChangePolicy", "changes_state", "decide_change",
 Grown = Literal["this_epoch", "next_epoch", "refuse"]
 Shrunk = Literal["skip_removed", "refuse"]
 Replaced = Literal["refuse", "remove_and_add"]
+Sources = Literal["at_resume", "refuse"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,10 @@ class DataChangePolicy:
             indices are other samples. ``"refuse"`` (the default) raises;
             ``"remove_and_add"``: the interrupted epoch's unread old samples are dropped (and
             counted) and the new dataset is read once in the rest of the epoch.
+        sources: A mixture's weights changed, or a source was removed (it weighs 0 from
+            then on). ``"at_resume"``: the new weights start at the resume position, as an
+            online weight change (nothing skipped or repeated within a source's pass);
+            ``"refuse"``: the resume raises.
 
     Example:
         >>> DataChangePolicy(grown="next_epoch").grown
@@ -56,12 +61,14 @@ class DataChangePolicy:
     grown: Grown = "this_epoch"
     shrunk: Shrunk = "skip_removed"
     replaced: Replaced = "refuse"
+    sources: Sources = "at_resume"
 
     def __post_init__(self) -> None:
         for name, allowed in (
             ("grown", ("this_epoch", "next_epoch", "refuse")),
             ("shrunk", ("skip_removed", "refuse")),
             ("replaced", ("refuse", "remove_and_add")),
+            ("sources", ("at_resume", "refuse")),
         ):
             value = getattr(self, name)
             if value not in allowed:

@@ -17,6 +17,7 @@ from numpy.typing import NDArray
 from lightning_resumable_data.datasets.mixture import MixtureDataset, check_mixture
 from lightning_resumable_data.samplers._arguments import check_key_seed, check_non_negative_int
 from lightning_resumable_data.samplers._chunks import BatchCount, ChunkStream
+from lightning_resumable_data.samplers._mixture_changes import reweighted
 from lightning_resumable_data.samplers._mixture_config import (
     ORDER,
     MixtureConfig,
@@ -122,10 +123,12 @@ class MixtureSampler(DistributedSampler):
         config = MixtureConfig(dataset, self.seed, self.epoch_length)
         first = config.entry(0, 0, weights, temperature)
         self._initial = {"weights": first["weights"], "temperature": first["temperature"]}
+        self.built_initial = dict(self._initial)  # a resume under a policy starts these
         self._plan = MixturePlan(config, first)  # the schedule of changes, each epoch's plan
         self._entry = config.entry  # a checked schedule entry (schedule.py calls it too)
         self._recompute = Recompute(self.epoch_length, self.num_replicas, self.rank, self.drop_last)
         self.allow_schedule_change = False
+        self.last_reweight: dict[str, Any] | None = None  # what a resume's reweight did
 
     @property
     def _schedule(self) -> list[dict[str, Any]]:
@@ -288,7 +291,9 @@ class MixtureSampler(DistributedSampler):
         """
         # Everything is checked before anything changes: version and kind first, then the
         # schedule, then the position (by the base class, which validates before it sets).
-        check_mixture_state(state_dict, self.KIND, self.fingerprint)
-        checked = check_schedule(self, state_dict.get("schedule"))
-        schedule = reconcile_schedule(self, checked, state_dict["epoch"], state_dict["consumed"])
-        self._plan.load(schedule, state_dict, self.KIND, super().load_state_dict)
+        with reweighted(self, state_dict):  # other weights a DataChangePolicy accepts
+            check_mixture_state(state_dict, self.KIND, self.fingerprint)
+            checked = check_schedule(self, state_dict.get("schedule"))
+            epoch, consumed = state_dict["epoch"], state_dict["consumed"]
+            schedule = reconcile_schedule(self, checked, epoch, consumed)
+            self._plan.load(schedule, state_dict, self.KIND, super().load_state_dict)

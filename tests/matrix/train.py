@@ -131,6 +131,9 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--validate", action="store_true")
     parser.add_argument("--accumulate", type=int, default=1)
     parser.add_argument("--phase-step", type=int, help="a mixture with a phase at this step")
+    parser.add_argument("--mixture", action="store_true", help="a mixture without phases")
+    parser.add_argument("--weights", help="the mixture's weights: web=0.5,code=0.3,math=0.2")
+    parser.add_argument("--drop-source", help="the mixture without this source")
     parser.add_argument("--workers", type=int, default=0)
     parser.add_argument("--progress-bar", action="store_true", help="log its total and title")
     parser.add_argument("--ckpt")
@@ -181,15 +184,21 @@ def main(argv: Sequence[str]) -> None:
     args = parse(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     train: Any = Samples(args.n)
-    policy = DataChangePolicy(grown=args.grown) if args.grown else DataChangePolicy()
+    changes: dict[str, Any] = (
+        {"data_changes": DataChangePolicy(grown=args.grown)} if args.grown else {}
+    )
     weights, samples_per_epoch, phases = None, None, []
-    if args.phase_step is not None:
+    if args.phase_step is not None or args.mixture:
         train = {name: Samples(size, start) for name, (start, size) in SOURCES.items()}
         weights = {"web": 0.5, "code": 0.3, "math": 0.2}
+        if args.weights:
+            weights = {k: float(v) for k, v in (kv.split("=") for kv in args.weights.split(","))}
+        if args.drop_source:
+            del train[args.drop_source], weights[args.drop_source]
         samples_per_epoch = N
-        phases = [
-            MixturePhase(start_step=args.phase_step, weights={"web": 0.2, "code": 0.3, "math": 0.5})
-        ]
+        later = {"web": 0.2, "code": 0.3, "math": 0.5}
+        if args.phase_step is not None:
+            phases = [MixturePhase(start_step=args.phase_step, weights=later)]
     datamodule = ResumableDataModule(
         train,
         val_dataset=Samples(10) if args.validate or args.evaluate else None,
@@ -200,7 +209,7 @@ def main(argv: Sequence[str]) -> None:
         seed=3,
         num_workers=args.workers,
         persistent_workers=args.workers > 0,
-        **({"data_changes": policy} if args.grown else {}),  # else the documented default
+        **changes,  # without --grown: the documented default, no argument
     )
     model = Model(args.out)
     trainer = make_trainer(args, phases)
