@@ -214,3 +214,21 @@ def test_a_removed_source_weighs_zero_from_the_resume_on(runs: Runs, killed_mixt
     )
     expected = ledger(after).stream()[len(ledger(after).cut(KILL + 2).stream()) :]
     assert ledger(again).stream() == expected
+
+
+def test_replaced_files_are_refused_by_default_and_reread_by_option(runs: Runs) -> None:
+    out = runs.root / "killed-pinned"
+    out.mkdir()
+    outcome = runs.server.run(
+        ["--out", str(out), "--pins", "etag-1", "--kill", str(KILL)], out / "log.txt"
+    )
+    assert outcome.rc == -9, outcome.tail()
+    ckpt = ["--ckpt", str(out / "ckpt" / f"step={KILL}.ckpt"), "--pins", "etag-2"]
+    refused = runs.run(runs.root / "replaced-refused", ckpt, rc=None)
+    log = (refused / "log.txt").read_text()
+    assert "files changed since the checkpoint ('data.bin')" in log
+    assert "replaced='remove_and_add'" in log
+    assert not ledger(refused).stream()  # nothing trained
+    reread = read(runs.run(runs.root / "replaced", [*ckpt, "--replaced", "remove_and_add"]))
+    assert sorted(reread[1]) == list(range(N))  # the new data once in the rest of the epoch
+    assert sorted(reread[2]) == list(range(N))

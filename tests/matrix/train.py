@@ -79,6 +79,14 @@ class Stop(pl.Callback):
             os.kill(os.getpid(), signal.SIGTERM)
 
 
+class Pinned(Samples):
+    """Samples read from a file with an identity (as a sharded remote dataset's are)."""
+
+    def __init__(self, n: int, etag: str) -> None:
+        super().__init__(n)
+        self.pins = {"data.bin": etag}
+
+
 class Kill(pl.Callback):
     """SIGKILLs this process at the start of optimizer step ``step`` (a real crash)."""
 
@@ -139,6 +147,8 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--ckpt")
     parser.add_argument("--n", type=int, default=N, help="samples in the training dataset")
     parser.add_argument("--kill", type=int, help="SIGKILL at the start of this step")
+    parser.add_argument("--pins", help="the dataset's file has this identity (an ETag)")
+    parser.add_argument("--replaced", choices=("refuse", "remove_and_add"))
     parser.add_argument(
         "--grown", choices=("this_epoch", "next_epoch", "refuse"), help="DataChangePolicy(grown=)"
     )
@@ -184,9 +194,14 @@ def main(argv: Sequence[str]) -> None:
     args = parse(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     train: Any = Samples(args.n)
-    changes: dict[str, Any] = (
-        {"data_changes": DataChangePolicy(grown=args.grown)} if args.grown else {}
-    )
+    changes: dict[str, Any] = {}  # without options: the documented default, no argument
+    if args.grown or args.replaced:
+        policy = DataChangePolicy(
+            grown=args.grown or "this_epoch", replaced=args.replaced or "refuse"
+        )
+        changes["data_changes"] = policy
+    if args.pins:
+        train = Pinned(args.n, args.pins)
     weights, samples_per_epoch, phases = None, None, []
     if args.phase_step is not None or args.mixture:
         train = {name: Samples(size, start) for name, (start, size) in SOURCES.items()}
