@@ -65,19 +65,21 @@ def test_a_sampler_or_loader_instead_of_the_dataset(value: Any, kind: str) -> No
 
 
 def test_a_changed_dataset_length_says_length() -> None:
+    """Without a DataChangePolicy (the default has one: docs/changes.md)."""
     state = ResumableDataModule(range(100), seed=1).state_dict()
     with pytest.raises(
         StateMismatchError,
-        match=r"dataset length: saved 100, now 101\).*allow_config_change=True",
+        match=r"dataset length: saved 100, now 101\).*allow_config_change=True.*"
+        r"data_changes=DataChangePolicy\(\)",
     ):
-        ResumableDataModule(range(101), seed=1).load_state_dict(state)
+        ResumableDataModule(range(101), seed=1, data_changes=None).load_state_dict(state)
 
 
 def test_a_misspelled_keyword_names_the_likely_one() -> None:
     with pytest.raises(
         TypeError,
         match=r"ResumableDataModule\(\) got an unknown argument batchsize=; did you mean "
-        r"batch_size=\? It takes: train_dataset, val_dataset, .*allow_config_change\.",
+        r"batch_size=\? It takes: train_dataset, val_dataset, .*, data_changes\.",
     ):
         ResumableDataModule(range(8), batchsize=4)  # type: ignore[call-arg]
     with pytest.raises(TypeError, match=r"unknown argument colour=; remove it\. It takes"):

@@ -128,12 +128,15 @@ def test_stateful_loader_strict_resume_false_keeps_the_position_and_takes_the_ne
 def test_a_data_module_without_weights_is_named_so_when_weights_are_added() -> None:
     """The refusal says "no weights", not the size-proportional numbers it stands for, and
     names the DataModule's way to accept the change."""
-    from lightning_resumable_data import ResumableDataModule
+    from lightning_resumable_data import DataChangePolicy, ResumableDataModule
 
     sources: dict[str, Any] = {"web": range(120), "code": range(60)}
     saved = ResumableDataModule(sources, batch_size=4, seed=1)
     next(iter(saved.train_dataloader()))
-    resumed = ResumableDataModule(sources, weights={"web": 0.5, "code": 0.5}, batch_size=4, seed=1)
+    refuse = DataChangePolicy(sources="refuse")  # (the default starts them at the resume)
+    resumed = ResumableDataModule(
+        sources, weights={"web": 0.5, "code": 0.5}, batch_size=4, seed=1, data_changes=refuse
+    )
     resumed.load_state_dict(saved.state_dict())
     with pytest.raises(StateMismatchError) as refused:
         resumed.train_dataloader()

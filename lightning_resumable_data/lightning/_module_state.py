@@ -97,6 +97,16 @@ def mixture_sources(dm: ResumableDataModule) -> dict[str, Any]:
     return {n: current[n] if n in current else RemovedSource(n, size) for n, size in saved.items()}
 
 
+def _policy_hint(dm: ResumableDataModule, changed: list[str]) -> str:
+    """Where no DataChangePolicy is set, what one would accept exactly."""
+    if changed != ["sources"] or getattr(dm, "data_changes", 0) is not None:
+        return ""
+    return (
+        " A dataset that grew or shrank, or a mixture source removed, resumes exactly with "
+        "data_changes=DataChangePolicy() (docs/changes.md)."
+    )
+
+
 def load_module_state(dm: ResumableDataModule, state_dict: dict[str, Any]) -> None:
     """Check a saved entry against ``dm``'s configuration; keep its position for the loader.
 
@@ -138,7 +148,7 @@ def load_module_state(dm: ResumableDataModule, state_dict: dict[str, Any]) -> No
             f"Cannot resume: the data configuration changed ({details}). The resumed run "
             "would not see the batches the interrupted run would have seen. Restore the "
             "saved configuration, or pass ResumableDataModule(allow_config_change=True) "
-            "to accept the change."
+            "to accept the change." + _policy_hint(dm, list(changed))
         )
     loader_state = state_dict.get("train_loader")
     dm._loader_state = dict(loader_state) if isinstance(loader_state, Mapping) else None
