@@ -161,14 +161,14 @@ def inspect(
 ) -> dict[str, Any]:
     """Everything ``lrd inspect`` shows, as a JSON-serialisable dict.
 
-    The file is loaded with ``weights_only=True`` unless ``unsafe_unpickle``
-    (see :func:`~lightning_resumable_data.cli._reading.load_checkpoint`).
+    The file is read as ``weights_only=True`` reads it, tensors as placeholders, unless
+    ``unsafe_unpickle`` (see :func:`~lightning_resumable_data.cli._reading.load_checkpoint`).
 
     Raises:
         CliError: The file is not a checkpoint, holds no state of this package, or needs a
             full unpickle that was not allowed.
     """
-    checkpoint = load_checkpoint(path, unsafe_unpickle=unsafe_unpickle)
+    checkpoint = load_checkpoint(path, unsafe_unpickle=unsafe_unpickle, placeholders=True)
     found = find_data_state(checkpoint, str(path))
     try:
         return _report(path, checkpoint, found, world_size, batch_size)
