@@ -15,6 +15,7 @@ import re
 import warnings
 import zipfile
 from collections import Counter, OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -142,7 +143,7 @@ class _Popen:
         return (subprocess.Popen, (["true"],))
 
 
-_HOSTILE = {
+_HOSTILE: dict[str, Callable[[Path], object]] = {
     "system": _System,
     "touch": _Touch,
     "eval": lambda marker: _Eval(),
