@@ -499,8 +499,9 @@ sys.exit(code)
 
 
 def test_inspect_memory_maps_tensors(tmp_path: Path) -> None:
-    """Cl7: tensors are memory-mapped, so a large checkpoint is not read into memory: lrd
-    inspect of a checkpoint with 512 MiB of weights peaks at about the memory of a tiny one."""
+    """Cl7: a large checkpoint is not read into memory (tensors are placeholders, or
+    memory-mapped where torch reads the file): lrd inspect of a checkpoint with 512 MiB of
+    weights peaks at about the memory of a tiny one."""
     state = loader_state(3)
     small, large = tmp_path / "small.ckpt", tmp_path / "large.ckpt"
     torch.save({"state_dict": {"w": torch.ones(4)}, "data": state}, small)

@@ -5,6 +5,10 @@ real :class:`ResumableDataModule` (through :meth:`PlanConfig.datamodule`) or loa
 sampler over ``range(size)`` datasets of the saved sizes, under the layout asked about, and
 loads the saved state into it. Whatever the package would do on a real resume (resume
 exactly, spread the epoch over new ranks, or refuse) is what the dry run reports.
+
+Importing torch and Lightning takes seconds, so ``lrd inspect`` first asks the torch-free
+shadows of :mod:`._shadow_run`, and comes here (importing both on first use) only where a
+shadow cannot vouch for the answer: a refused resume, or a case the shadows do not cover.
 """
 
 from __future__ import annotations
@@ -15,15 +19,40 @@ import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from lightning_resumable_data.datasets.mixture import MixtureDataset
 from lightning_resumable_data.lightning.plan import PlanConfig
-from lightning_resumable_data.loader import StatefulDataLoader
-from lightning_resumable_data.samplers.distributed import DistributedSampler
-from lightning_resumable_data.samplers.mixture import MixtureSampler
 
-__all__ = ["DryRun", "build_sampler", "quiet", "resume_datamodule", "resume_loader"]
+if TYPE_CHECKING:
+    from lightning_resumable_data.samplers.distributed import DistributedSampler
+
+__all__ = [
+    "DryRun",
+    "ResumedLoader",
+    "build_sampler",
+    "mixture_counts",
+    "quiet",
+    "resume_datamodule",
+    "resume_loader",
+]
+
+_MIXTURE, _DISTRIBUTED = "MixtureSampler", "DistributedSampler"  # the samplers' KIND
+
+
+class ResumedLoader(Protocol):
+    """What the report reads of a restored loader: a ``StatefulDataLoader``, or a shadow's."""
+
+    @property
+    def position_sampler(self) -> object:
+        """The sampler that holds the position."""
+
+    @property
+    def drop_last(self) -> bool:
+        """Whether the loader drops an epoch's short last batch."""
+
+    @property
+    def batches_yielded(self) -> int:
+        """Batches of the epoch done, in this layout."""
 
 
 @dataclass
@@ -36,7 +65,7 @@ class DryRun:
         warnings: Warnings the package issued on the way.
     """
 
-    loader: StatefulDataLoader | None
+    loader: ResumedLoader | None
     error: str | None = None
     warnings: list[str] = field(default_factory=list)
 
@@ -94,7 +123,11 @@ def build_sampler(
         ValueError: An unknown sampler kind, or a fingerprint the package refuses.
         KeyError: A fingerprint without the expected fields.
     """
-    if kind == MixtureSampler.KIND:
+    from lightning_resumable_data.datasets.mixture import MixtureDataset
+    from lightning_resumable_data.samplers.distributed import DistributedSampler
+    from lightning_resumable_data.samplers.mixture import MixtureSampler
+
+    if kind == _MIXTURE:
         names, sizes = list(fingerprint["sources"]), list(fingerprint["sizes"])
         dataset = MixtureDataset({n: range(s) for n, s in zip(names, sizes, strict=True)})
         initial = fingerprint["initial"]
@@ -113,7 +146,7 @@ def build_sampler(
                 where = {"epoch": entry["epoch"], "position": entry["position"]}
                 mixture.update_weights(entry["weights"], entry["temperature"], **where)
         return mixture
-    if kind == DistributedSampler.KIND:
+    if kind == _DISTRIBUTED:
         return DistributedSampler(
             range(fingerprint["dataset_length"]),
             world_size,
@@ -168,10 +201,41 @@ def resume_loader(
     batch_size: int,
 ) -> DryRun:
     """Load a loader state into a loader built under a layout."""
+    from lightning_resumable_data.loader import StatefulDataLoader
 
-    def build() -> StatefulDataLoader:
+    def build() -> StatefulDataLoader[Any]:
         schedule = state.get("sampler", {}).get("schedule", ())
         sampler = build_sampler(kind, fingerprint, world_size, schedule)
         return StatefulDataLoader(sampler.dataset, batch_size=batch_size, sampler=sampler)
 
     return _dry_run(build, state, (ValueError, TypeError, KeyError))
+
+
+def mixture_counts(
+    fingerprint: Mapping[str, Any],
+    schedule: list[Any],
+    sampler_state: dict[str, Any],
+    epoch: int,
+    consumed: int,
+) -> tuple[dict[str, int] | None, Any, str | None]:
+    """The epoch's planned totals, the draws up to ``consumed``, and why totals are unknown.
+
+    From the real ``MixtureSampler`` of one rank with the saved schedule and state: asked
+    where its shadow (no torch) refused, so that the error is the sampler's.
+    """
+    from lightning_resumable_data.samplers.mixture import MixtureSampler
+
+    epoch_totals: dict[str, int] | None = None
+    unplanned: str | None = None  # why the epoch's totals are unknown
+    drawn = sampler_state.get("source_counts")
+    with quiet():
+        try:
+            sampler = build_sampler(_MIXTURE, fingerprint, 1, schedule)
+            assert isinstance(sampler, MixtureSampler)
+            sampler.load_state_dict(sampler_state)
+            epoch_totals = sampler.source_counts(sampler.epoch_length, epoch)
+            if not isinstance(drawn, dict):
+                drawn = sampler.source_counts(consumed, epoch)
+        except (ValueError, TypeError, KeyError) as error:
+            unplanned = f"{type(error).__name__}: {error}"
+    return epoch_totals, drawn, unplanned

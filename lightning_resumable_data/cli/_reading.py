@@ -10,18 +10,19 @@ from pathlib import Path
 from typing import Any
 
 from lightning_resumable_data.cli._errors import EXIT_FAILURE, CliError
-from lightning_resumable_data.loader import StatefulDataLoader
 
 __all__ = ["DataState", "find_data_state", "fit_loop_loader", "load_checkpoint"]
 
-LOADER_KIND = StatefulDataLoader.KIND
+LOADER_KIND = "StatefulDataLoader"  # StatefulDataLoader.KIND, without importing torch
 # Sharded checkpoints are directories; these files hold the trainer state in them.
 _SHARDED_FILES = ("meta.pt", "checkpoint/mp_rank_00_model_states.pt")
 # a checkpoint's top-level weights and optimizer states: never a loader state, often large
 _SKIP_KEYS = frozenset({"state_dict", "optimizer_states", "lr_schedulers", "model", "optimizer"})
 
 
-def load_checkpoint(path: Path, *, unsafe_unpickle: bool = False) -> dict[str, Any]:
+def load_checkpoint(
+    path: Path, *, unsafe_unpickle: bool = False, placeholders: bool = False
+) -> dict[str, Any]:
     """Load a checkpoint file (or a sharded checkpoint's metadata file) on the CPU.
 
     Tensors are memory-mapped where the file allows it, so a large checkpoint is not read
@@ -31,6 +32,11 @@ def load_checkpoint(path: Path, *, unsafe_unpickle: bool = False) -> dict[str, A
     run code. A checkpoint holding other objects is refused, naming the object; with
     ``unsafe_unpickle=True`` it is fully unpickled, as Lightning loads it, which runs
     whatever code the file names.
+
+    With ``placeholders=True`` (for a command that reads the data state, not the weights)
+    a torch zip file is read without torch (:mod:`._unpickle`: the same allowlist, each
+    tensor a placeholder whose bytes are never read); torch is imported only for what that
+    reader leaves to it (legacy files, ``unsafe_unpickle``, ...).
 
     Raises:
         CliError: The file is missing, not a checkpoint, needs modules not installed, or
@@ -51,10 +57,8 @@ def load_checkpoint(path: Path, *, unsafe_unpickle: bool = False) -> dict[str, A
             hint="check the path; ModelCheckpoint writes to its dirpath, by default "
             "<default_root_dir>/lightning_logs/version_N/checkpoints/.",
         )
-    import torch  # deferred: only this command reads torch files
-
     try:
-        loaded = _torch_load(torch, path, weights_only=not unsafe_unpickle)
+        loaded = _load(path, unsafe_unpickle, placeholders)
     except pickle.UnpicklingError as error:
         needed = re.search(r"GLOBAL ([\w.]+)", str(error))
         if unsafe_unpickle or needed is None:
@@ -79,6 +83,20 @@ def load_checkpoint(path: Path, *, unsafe_unpickle: bool = False) -> dict[str, A
             hint="pass a file written by ModelCheckpoint, trainer.save_checkpoint or fabric.save.",
         )
     return loaded
+
+
+def _load(path: Path, unsafe_unpickle: bool, placeholders: bool) -> Any:
+    """The file's object: torch-free where :func:`._unpickle.read_torch_zip` decides, else torch."""
+    if placeholders and not unsafe_unpickle:
+        from lightning_resumable_data.cli._unpickle import NeedsTorch, read_torch_zip
+
+        try:
+            return read_torch_zip(path)
+        except NeedsTorch:
+            pass  # torch reads it (and says why not, for a file that is no checkpoint)
+    import torch  # deferred: the full unpickle, legacy files, and the weights of skip
+
+    return _torch_load(torch, path, weights_only=not unsafe_unpickle)
 
 
 def _torch_load(torch: Any, path: Path, *, weights_only: bool) -> Any:

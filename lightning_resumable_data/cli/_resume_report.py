@@ -1,20 +1,35 @@
-"""``lrd inspect``'s resume part: what a resume under a layout would do, from a dry run."""
+"""``lrd inspect``'s resume part: what a resume under a layout would do, from a dry run.
+
+The dry run is the shadows' (:mod:`._shadow_run`, no torch) where they accept the state,
+else the real data module's or loader's (:mod:`._dryrun`).
+"""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from lightning_resumable_data.cli._dryrun import DryRun, resume_datamodule, resume_loader
 from lightning_resumable_data.cli._reading import DataState
+from lightning_resumable_data.cli._shadow_run import shadow_resume_datamodule, shadow_resume_loader
 from lightning_resumable_data.index.partition import samples_per_rank
 from lightning_resumable_data.index.permutation import check_algorithm
 from lightning_resumable_data.lightning.plan import PlanConfig
-from lightning_resumable_data.samplers.distributed import DistributedSampler
-from lightning_resumable_data.samplers.mixture import MixturePhase
+from lightning_resumable_data.samplers.schedule import MixturePhase
 
 __all__ = ["resume_report"]
+
+
+@runtime_checkable
+class _Counted(Protocol):
+    """A ``DistributedSampler`` (``MixtureSampler`` too), or its shadow: what is counted."""
+
+    drop_last: bool
+
+    def samples_left(self, consumed: int) -> int: ...
+
+    def epoch_size(self, epoch: int | None = None) -> int: ...
 
 
 def _spec(module: Mapping[str, Any], loader: Mapping[str, Any]) -> PlanConfig:
@@ -90,9 +105,13 @@ def resume_report(
     if found.module is not None:
         spec = _spec(found.module, state)
         module_state = dict(found.module, train_loader=state)
-        run = resume_datamodule(spec, module_state, world_size, batch_size, accumulate)
+        layout = (world_size, batch_size, accumulate)
+        run = shadow_resume_datamodule(spec, module_state, *layout) or resume_datamodule(
+            spec, module_state, *layout
+        )
     else:
-        run = resume_loader(state, kind, sampler_state["fingerprint"], world_size, batch_size)
+        args = (state, kind, sampler_state["fingerprint"], world_size, batch_size)
+        run = shadow_resume_loader(*args) or resume_loader(*args)
     report["warnings"] = run.warnings
     if run.loader is None:
         hint = None
@@ -113,7 +132,7 @@ def resume_report(
         return report | {"ok": False, "error": run.error, "hint": hint}
     loader = run.loader
     sampler = loader.position_sampler
-    if not isinstance(sampler, DistributedSampler):  # the kinds build_sampler makes
+    if not isinstance(sampler, _Counted):  # the kinds build_sampler makes
         return report | {"ok": False, "error": f"unexpected sampler {type(sampler).__name__}"}
     consumed = int(state["consumed"])
     per_rank = sampler.samples_left(consumed)

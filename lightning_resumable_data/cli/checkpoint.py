@@ -2,6 +2,11 @@
 
 This module reports the position (and, for a mixture, the phase in force and the samples
 drawn per source); :mod:`._resume_report` says what a resume under a layout would do.
+
+Neither imports torch or Lightning for a checkpoint whose state the package accepts: the
+file is read by :mod:`._unpickle` and the dry runs are the shadows' (:mod:`._shadow_run`),
+so the command answers in a fraction of a second. Torch and Lightning come in only where
+those leave the answer to them (a legacy file, ``--unsafe-unpickle``, a refused resume).
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from lightning_resumable_data.cli._dryrun import build_sampler, quiet
+from lightning_resumable_data.cli._dryrun import mixture_counts
 from lightning_resumable_data.cli._errors import CliError
 from lightning_resumable_data.cli._format import phase_start
 from lightning_resumable_data.cli._inspect_text import format_inspect
@@ -23,9 +28,9 @@ from lightning_resumable_data.cli._reading import (
     load_checkpoint,
 )
 from lightning_resumable_data.cli._resume_report import resume_report
+from lightning_resumable_data.cli._shadow_run import shadow_counts
 from lightning_resumable_data.index.mixture import mixture_probabilities
 from lightning_resumable_data.lightning.history import DataHistory
-from lightning_resumable_data.samplers.mixture import MixtureSampler
 from lightning_resumable_data.samplers.schedule import entry_key
 
 __all__ = ["DataState", "find_data_state", "format_inspect", "inspect", "load_checkpoint"]
@@ -119,20 +124,17 @@ def _mixture_report(
             "shares": dict(zip(names, probs, strict=True)),
         }
 
-    # The epoch's planned totals, from the real sampler with the saved schedule.
-    epoch_totals: dict[str, int] | None = None
-    unplanned: str | None = None  # why the epoch's totals are unknown
+    # The epoch's planned totals, from the sampler with the saved schedule (its shadow).
     drawn = sampler_state.get("source_counts")
-    with quiet():
-        try:
-            sampler = build_sampler(MixtureSampler.KIND, fingerprint, 1, schedule)
-            assert isinstance(sampler, MixtureSampler)
-            sampler.load_state_dict(sampler_state)
-            epoch_totals = sampler.source_counts(sampler.epoch_length, epoch)
-            if not isinstance(drawn, dict):
-                drawn = sampler.source_counts(consumed, epoch)
-        except (ValueError, TypeError, KeyError) as error:
-            unplanned = f"{type(error).__name__}: {error}"
+    unplanned: str | None = None  # why the epoch's totals are unknown
+    counted = shadow_counts(fingerprint, schedule, sampler_state, epoch, consumed)
+    if counted is not None:
+        epoch_totals: dict[str, int] | None = counted[0]
+        drawn = drawn if isinstance(drawn, dict) else counted[1]
+    else:  # the real sampler (torch): its error says why it refuses
+        epoch_totals, drawn, unplanned = mixture_counts(
+            fingerprint, schedule, sampler_state, epoch, consumed
+        )
     report: dict[str, Any] = {
         "sources": dict(zip(names, map(int, fingerprint["sizes"]), strict=True)),
         "phase": describe(index),
@@ -161,14 +163,14 @@ def inspect(
 ) -> dict[str, Any]:
     """Everything ``lrd inspect`` shows, as a JSON-serialisable dict.
 
-    The file is loaded with ``weights_only=True`` unless ``unsafe_unpickle``
-    (see :func:`~lightning_resumable_data.cli._reading.load_checkpoint`).
+    The file is read as ``weights_only=True`` reads it, tensors as placeholders, unless
+    ``unsafe_unpickle`` (see :func:`~lightning_resumable_data.cli._reading.load_checkpoint`).
 
     Raises:
         CliError: The file is not a checkpoint, holds no state of this package, or needs a
             full unpickle that was not allowed.
     """
-    checkpoint = load_checkpoint(path, unsafe_unpickle=unsafe_unpickle)
+    checkpoint = load_checkpoint(path, unsafe_unpickle=unsafe_unpickle, placeholders=True)
     found = find_data_state(checkpoint, str(path))
     try:
         return _report(path, checkpoint, found, world_size, batch_size)
@@ -238,7 +240,7 @@ def _report(
             ),
             "sampler": {"kind": sampler_state.get("kind"), "fingerprint": fingerprint},
         }
-        if sampler_state.get("kind") == MixtureSampler.KIND:
+        if sampler_state.get("kind") == "MixtureSampler":
             mixture, accumulate = _mixture_report(state, found.module)
     else:
         report["sampler"] = {"kind": None, "fingerprint": {}}
