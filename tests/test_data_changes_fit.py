@@ -137,8 +137,12 @@ def test_the_dry_run_counts_what_the_resumed_run_trains(
     assert planned["added"] == len([i for i in resumed[1] if i >= N])
     assert planned["removed"] == len(set(range(n, N)) - set(before[1]))
     assert planned["unread_old"] == len([i for i in resumed[1] if i < N])
-    recorded = inspect(runs.root / name / "ckpt" / f"step={KILL + 2}.ckpt")["data_changes"]
-    assert recorded["recorded"] == [  # type: ignore[index]
+    after: Any = inspect(runs.root / name / "ckpt" / f"step={KILL + 2}.ckpt")
+    interrupted = len(before[1]) + len(resumed[1])  # what the changed epoch reads in all
+    assert after["epoch_length"] == interrupted  # (without torch: lrd inspect's own reader)
+    assert after["resume"]["remaining_samples"] == interrupted - after["consumed"]
+    recorded = after["data_changes"]
+    assert recorded["recorded"] == [
         {
             "epoch": 1,
             "position": planned["position"],

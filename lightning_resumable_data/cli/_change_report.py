@@ -25,7 +25,13 @@ from lightning_resumable_data.index.changes import DataChange
 from lightning_resumable_data.samplers.data_changes import DataChangePolicy
 from lightning_resumable_data.state import StateMismatchError
 
-__all__ = ["change_report", "checkpoint_changes", "format_changes", "inspect_changes"]
+__all__ = [
+    "change_report",
+    "changed_epoch_length",
+    "checkpoint_changes",
+    "format_changes",
+    "inspect_changes",
+]
 
 
 def change_report(
@@ -91,7 +97,8 @@ def checkpoint_changes(
     """The changes a checkpoint records and, with ``new_length``, the dry run of one more."""
     from lightning_resumable_data.cli._reading import find_data_state, load_checkpoint
 
-    found = find_data_state(load_checkpoint(path, unsafe_unpickle=unsafe_unpickle), str(path))
+    loaded = load_checkpoint(path, unsafe_unpickle=unsafe_unpickle, placeholders=True)
+    found = find_data_state(loaded, str(path))
     sampler_state = found.loader.get("sampler") or {}
     recorded = [
         dict(zip(_FIELDS, entry, strict=True)) for entry in sampler_state.get("changes") or []
@@ -120,3 +127,21 @@ def format_changes(found: Mapping[str, Any]) -> str:
         wrapped = textwrap.wrap(text, 87)
         lines += [f"{'dry run' if i == 0 else '':<13}{line}" for i, line in enumerate(wrapped)]
     return "\n".join(lines)
+
+
+def changed_epoch_length(sampler_state: Mapping[str, Any]) -> int | None:
+    """The samples the saved epoch reads where recorded data changes resized it, or ``None``.
+
+    ``None`` too for a state that is not a single dataset's with changes.
+    """
+    if not sampler_state.get("changes") or sampler_state.get("kind") != "DistributedSampler":
+        return None
+    from lightning_resumable_data.cli._shadow_run import shadow_sampler
+
+    fingerprint = sampler_state.get("fingerprint") or {}
+    try:
+        sampler = shadow_sampler("DistributedSampler", fingerprint, 1)
+        sampler.load_state_dict({**sampler_state, "num_replicas": 1})
+    except (StateMismatchError, KeyError, TypeError, ValueError):
+        return None  # the report's resume part says what is wrong with it
+    return sampler.epoch_size(sampler.epoch)

@@ -26,10 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import numpy as np
-from numpy.typing import NDArray
-
-from lightning_resumable_data.index.inverse import order_positions
+from lightning_resumable_data.index.changes import DataChange
 from lightning_resumable_data.index.partition import check_rank, samples_per_rank
 from lightning_resumable_data.index.permutation import PermutationAlgorithm, check_algorithm
 from lightning_resumable_data.samplers._arguments import (
@@ -39,7 +36,7 @@ from lightning_resumable_data.samplers._arguments import (
     check_rank_as_torch,
     check_seed,
 )
-from lightning_resumable_data.samplers._cut_order import CutOrder
+from lightning_resumable_data.samplers._changed_order import ChangedOrder
 from lightning_resumable_data.samplers._cuts import Quarantine
 from lightning_resumable_data.samplers._distributed_state import loaded_cuts, loaded_position
 from lightning_resumable_data.samplers._mixture_config import (
@@ -53,6 +50,7 @@ from lightning_resumable_data.samplers._mixture_config import (
 from lightning_resumable_data.samplers._mixture_plan import MixturePlan
 from lightning_resumable_data.samplers._rank_position import RankPosition
 from lightning_resumable_data.samplers._schedule_merge import reconcile_schedule
+from lightning_resumable_data.samplers.data_changes import loaded_changes
 from lightning_resumable_data.samplers.schedule import check_schedule
 from lightning_resumable_data.state import StateMismatchError, check_state
 
@@ -61,7 +59,7 @@ __all__ = ["LOADER_KIND", "ShadowLoader", "ShadowMixture", "ShadowSampler", "res
 LOADER_KIND = "StatefulDataLoader"  # StatefulDataLoader.KIND
 
 
-class ShadowSampler(CutOrder):
+class ShadowSampler(ChangedOrder):
     """``DistributedSampler(range(length), num_replicas, 0, ...)`` as far as a restore goes.
 
     Example:
@@ -95,6 +93,9 @@ class ShadowSampler(CutOrder):
         self.quarantined: list[Quarantine] = []
         self._cuts: dict[int, list[tuple[int, int]]] = {}
         self._position = RankPosition()
+        self.changes: list[DataChange] = []  # the data changes the state records
+        self.data_changes = None  # the dry run is over the saved length: no new change
+        self.last_change = None
 
     @property
     def fingerprint(self) -> dict[str, Any]:
@@ -120,10 +121,6 @@ class ShadowSampler(CutOrder):
     def _restart(self, consumed: int) -> None:
         self._position.restart(consumed)
 
-    def _positions(self, epoch: int, indices: NDArray[np.int64]) -> NDArray[np.int64]:
-        args = (self.shuffle, self.algorithm, self.dataset_length, self.seed, epoch)
-        return order_positions(*args, indices)
-
     def samples_left(self, consumed: int) -> int:
         """``DistributedSampler.samples_left``."""
         return samples_per_rank(self.epoch_size() - consumed, self.num_replicas, self.drop_last)
@@ -133,7 +130,9 @@ class ShadowSampler(CutOrder):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """``DistributedSampler.load_state_dict`` (no rollback: a refused shadow is dropped)."""
-        self.skips, self.quarantined = loaded_cuts(state_dict, self.epoch_length, self.KIND)
+        self.changes = loaded_changes(state_dict, self.KIND)
+        bound = self.epoch_length + sum(c.added for c in self.changes)
+        self.skips, self.quarantined = loaded_cuts(state_dict, bound, self.KIND)
         self._cuts = {}
         self.epoch, consumed = loaded_position(self, state_dict)
         self._position.restart(consumed)

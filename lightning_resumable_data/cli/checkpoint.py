@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from lightning_resumable_data.cli._change_report import changed_epoch_length
 from lightning_resumable_data.cli._dryrun import mixture_counts
 from lightning_resumable_data.cli._errors import CliError
 from lightning_resumable_data.cli._format import phase_start
@@ -240,6 +241,9 @@ def _report(
             ),
             "sampler": {"kind": sampler_state.get("kind"), "fingerprint": fingerprint},
         }
+        changed = changed_epoch_length(sampler_state)  # an epoch that data changes resized
+        if changed is not None:
+            report["epoch_length"] = changed
         if sampler_state.get("kind") == "MixtureSampler":
             mixture, accumulate = _mixture_report(state, found.module)
     else:
