@@ -53,3 +53,16 @@ def test_above_the_limit_the_walk_takes_passes(monkeypatch: pytest.MonkeyPatch) 
     out = _network(np.arange(n, dtype=np.uint64), keys, a, b)
     walk(out, n, keys, a, b)
     np.testing.assert_array_equal(np.sort(out), np.arange(n, dtype=np.uint64))
+
+
+@given(
+    n=st.one_of(st.integers(2, 300), st.integers(2**16, 2**30)),
+    seed=st.integers(0, 2**64 - 1),
+)
+@settings(max_examples=60, deadline=None)
+def test_the_round_tables_give_the_computed_rounds(n: int, seed: int) -> None:
+    """Scalar keys look F up in the round tables; per-value keys compute it: same values."""
+    keys, (a, b) = _round_keys((seed,)), _radices(n)
+    x = np.random.default_rng(seed % 2**32).integers(0, a * b, 500).astype(np.uint64)
+    per_value = tuple(np.full(x.size, key, dtype=np.uint64) for key in keys)
+    np.testing.assert_array_equal(_network(x, keys, a, b), _network(x, per_value, a, b))  # type: ignore[arg-type]
