@@ -1,19 +1,26 @@
 """A batch of packed samples as batch arrays, and its samples as views of them.
 
 :class:`~lightning_resumable_data.documents.PackedDataset` reads a batch in one vectorised
-pass; :func:`packed_rows` splits the flat result into the per-sample dicts torch's fetcher
-expects (every array a view, no copy per token), and keeps the batch arrays, so that
+pass: :func:`read_spans` copies the document pieces of every sample of the batch into one
+array (one slice copy per piece, cast as it goes), and :func:`packed_rows` splits the flat
+result into the per-sample dicts torch's fetcher expects (every array a view, no copy per
+token), and keeps the batch arrays, so that
 :func:`~lightning_resumable_data.documents.collate_packed` returns them without stacking.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from functools import lru_cache
+from operator import is_
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["PackedRows", "packed_rows"]
+if TYPE_CHECKING:
+    from lightning_resumable_data.documents.corpus import DocumentCorpus
+
+__all__ = ["PackedRows", "packed_rows", "read_spans"]
 
 Sample = dict[str, NDArray[Any]]
 
@@ -26,7 +33,7 @@ class PackedRows(list[Sample]):
     longest piece.
     """
 
-    __slots__ = ("_views", "arrays", "cu_seqlens", "max_seqlen")
+    __slots__ = ("_samples", "_values", "arrays", "cu_seqlens", "max_seqlen")
 
     def __init__(
         self,
@@ -37,15 +44,61 @@ class PackedRows(list[Sample]):
     ) -> None:
         super().__init__(samples)
         self.arrays, self.cu_seqlens, self.max_seqlen = arrays, cu_seqlens, max_seqlen
-        self._views = [tuple(sample.values()) for sample in samples]
+        self._samples = samples
+        self._values = [value for sample in samples for value in sample.values()]
 
     def intact(self) -> bool:
         """Whether the samples are still the views it was built with (none replaced)."""
-        return len(self) == len(self._views) and all(
-            len(sample) == len(views)
-            and all(a is b for a, b in zip(sample.values(), views, strict=False))
-            for sample, views in zip(self, self._views, strict=False)
-        )
+        if len(self) != len(self._samples) or not all(map(is_, self, self._samples)):
+            return False
+        values = [value for sample in self for value in sample.values()]
+        return len(values) == len(self._values) and all(map(is_, values, self._values))
+
+
+@lru_cache(maxsize=4)
+def _arange(size: int) -> NDArray[np.int64]:
+    """``np.arange(size)``, read-only and kept: a batch's token positions."""
+    positions = np.arange(size, dtype=np.int64)
+    positions.setflags(write=False)
+    return positions
+
+
+def read_spans(
+    corpus: DocumentCorpus,
+    docs: NDArray[np.int64],
+    begins: NDArray[np.int64],
+    counts: NDArray[np.int64],
+    past_end: NDArray[np.int64] | None,
+    out: NDArray[np.int64],
+) -> None:
+    """:meth:`~.DocumentCorpus.read_pieces` into ``out``, except at ``past_end``.
+
+    The output positions ``past_end`` (one past a document's last token) are left to the
+    caller, who writes a separator there. A corpus of one array (in memory or memory
+    mapped) is read by one slice copy per piece, cast into ``out`` as it is copied (no
+    address per token); any other by :meth:`~.DocumentCorpus.read_pieces`.
+
+    Example:
+        >>> from lightning_resumable_data.documents import DocumentCorpus
+        >>> corpus = DocumentCorpus.from_arrays(np.arange(10), [0, 4, 10])
+        >>> out = np.empty(4, dtype=np.int64)
+        >>> read_spans(corpus, np.array([1, 0]), np.array([2, 0]), np.array([3, 1]), None, out)
+        >>> out.tolist()
+        [6, 7, 8, 0]
+    """
+    part = corpus.parts[0]
+    if len(corpus.parts) == 1 and isinstance(part.tokens, np.ndarray) and docs.size:
+        tokens = np.asarray(part.tokens)
+        firsts = np.asarray(part.starts[docs], dtype=np.int64)
+        if part.scale != 1:
+            firsts //= part.scale
+        firsts += begins
+        ends = firsts + counts
+        if int(ends.max()) <= tokens.size:  # a separator read past the array: below
+            spans = map(tokens.__getitem__, map(slice, firsts.tolist(), ends.tolist()))
+            np.concatenate(list(spans), out=out, casting="unsafe")
+            return
+    out[:] = corpus.read_pieces(docs, begins, counts, past_end=past_end)
 
 
 def packed_rows(
@@ -55,6 +108,7 @@ def packed_rows(
     real: NDArray[np.int64],
     seq_len: int,
     boundaries: str,
+    heads: NDArray[np.int64] | None = None,
 ) -> PackedRows:
     """Split flat batch arrays into per-sample dicts (views) and keep the batch arrays.
 
@@ -72,12 +126,17 @@ def packed_rows(
     """
     rows = real.size
     ids = tokens.reshape(rows, seq_len)
-    mask = np.arange(seq_len) < real[:, None]
-    heads = np.cumsum(counts) - counts  # piece starts in the flat batch
+    if real.size and int(real.min()) == seq_len:  # no padding: one fill
+        mask = np.ones((rows, seq_len), dtype=np.bool_)
+    else:
+        mask = np.arange(seq_len) < real[:, None]
+    if heads is None:
+        heads = np.cumsum(counts) - counts  # piece starts in the flat batch
     arrays: dict[str, NDArray[Any]] = {"input_ids": ids, "loss_mask": mask}
     if boundaries != "cu_seqlens":
-        starts = np.repeat(heads, counts)
-        arrays["position_ids"] = (np.arange(rows * seq_len) - starts).reshape(rows, seq_len)
+        positions = np.repeat(heads, counts)  # each token's piece start, then its position
+        np.subtract(_arange(rows * seq_len), positions, out=positions)
+        arrays["position_ids"] = positions.reshape(rows, seq_len)
     cu_seqlens = None
     per_row: list[NDArray[np.int32]] = []
     if boundaries != "position_ids":
@@ -91,10 +150,9 @@ def packed_rows(
         bounds = [0, *ends.tolist()]
         per_row = [flat[bounds[r] : bounds[r + 1]] for r in range(rows)]
         cu_seqlens = np.append(heads, rows * seq_len).astype(np.int32)
-    samples: list[Sample] = []
-    for row in range(rows):  # building the returned dicts; the arrays are views
-        sample = {key: array[row] for key, array in arrays.items()}
-        if per_row:
-            sample["cu_seqlens"] = per_row[row]
-        samples.append(sample)
+    keys, columns = list(arrays), [list(array) for array in arrays.values()]  # row views
+    if per_row:
+        keys.append("cu_seqlens")
+        columns.append(per_row)
+    samples = [dict(zip(keys, row, strict=True)) for row in zip(*columns, strict=True)]
     return PackedRows(samples, arrays, cu_seqlens, int(counts.max()) if counts.size else 0)

@@ -46,7 +46,7 @@ import numpy as np
 import torch.utils.data
 from numpy.typing import NDArray
 
-from lightning_resumable_data.documents._rows import packed_rows
+from lightning_resumable_data.documents._rows import packed_rows, read_spans
 from lightning_resumable_data.documents.corpus import DocumentCorpus
 from lightning_resumable_data.index.inverse import feistel_inverse
 from lightning_resumable_data.index.packing import (
@@ -255,17 +255,19 @@ class PackedDataset(torch.utils.data.Dataset[Sample]):
         )  # fmt: skip
 
     def _packed(self, indices: NDArray[np.int64], epoch: int) -> list[Sample]:
-        lengths = self.corpus.lengths
         ranges, docs, begins, counts = self.pieces(indices, epoch)
-        real = np.minimum(counts, np.asarray(lengths[docs], dtype=np.int64) - begins)
-        closing = real < counts  # pieces that end with the separator (one token)
-        separators = (np.cumsum(counts) - counts + real)[closing] if self.sep else None
-        body = self.corpus.read_pieces(docs, begins, counts, past_end=separators)
-        tokens = body.astype(np.int64)
+        heads = np.cumsum(counts) - counts  # where each piece starts in the batch
+        separators = None
+        if self.sep:  # pieces that end with the separator (one token past the document)
+            ends = np.asarray(self.corpus.lengths[docs], dtype=np.int64) - begins
+            closing = ends < counts
+            separators = heads[closing] + ends[closing]
+        tokens = np.empty(indices.size * self.seq_len, dtype=np.int64)
+        read_spans(self.corpus, docs, begins, counts, separators, tokens)
         if separators is not None and self.eos_id is not None:
             tokens[separators] = self.eos_id
         full = np.full(indices.size, self.seq_len, dtype=np.int64)
-        return self._samples(tokens, ranges, counts, full)
+        return packed_rows(tokens, ranges, counts, full, self.seq_len, self.boundaries, heads)
 
     def _padded(self, indices: NDArray[np.int64], epoch: int = 0) -> list[Sample]:
         lengths = np.asarray(self.corpus.lengths[indices], dtype=np.int64)
