@@ -22,14 +22,16 @@ EOS = 7
 
 
 def _layouts(lengths: list[int], dtype: str, cut: int) -> list[DocumentCorpus]:
-    """One corpus three ways: one array, one array with byte starts, two parts."""
+    """One corpus four ways: one array, byte starts, a strided array, two parts."""
     offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
     tokens = (np.arange(offsets[-1]) * 31 % 60000 + 11).astype(dtype)
     sizes = np.array(lengths, dtype=np.int64)
     one = DocumentCorpus([CorpusPart(tokens, offsets[:-1])], sizes, name="one")
     itemsize = tokens.dtype.itemsize
     scaled = CorpusPart(tokens, offsets[:-1] * itemsize, scale=itemsize)
+    strided = CorpusPart(np.repeat(tokens, 2)[::2], offsets[:-1])  # not contiguous
     layouts = [one, DocumentCorpus([scaled], sizes, name="bytes")]
+    layouts.append(DocumentCorpus([strided], sizes, name="strided"))
     cut = min(max(cut, 1), len(lengths) - 1)
     if cut >= 1:
         split = int(offsets[cut])

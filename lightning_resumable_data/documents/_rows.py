@@ -2,7 +2,7 @@
 
 :class:`~lightning_resumable_data.documents.PackedDataset` reads a batch in one vectorised
 pass: :func:`read_spans` copies the document pieces of every sample of the batch into one
-array (one slice copy per piece, cast as it goes), and :func:`packed_rows` splits the flat
+array (the pieces' bytes joined, then cast once), and :func:`packed_rows` splits the flat
 result into the per-sample dicts torch's fetcher expects (every array a view, no copy per
 token), and keeps the batch arrays, so that
 :func:`~lightning_resumable_data.documents.collate_packed` returns them without stacking.
@@ -75,8 +75,9 @@ def read_spans(
 
     The output positions ``past_end`` (one past a document's last token) are left to the
     caller, who writes a separator there. A corpus of one array (in memory or memory
-    mapped) is read by one slice copy per piece, cast into ``out`` as it is copied (no
-    address per token); any other by :meth:`~.DocumentCorpus.read_pieces`.
+    mapped) is read by joining the bytes of its pieces (one memory-view slice each, no
+    address per token) and casting them into ``out`` in one pass; any other by
+    :meth:`~.DocumentCorpus.read_pieces`.
 
     Example:
         >>> from lightning_resumable_data.documents import DocumentCorpus
@@ -94,9 +95,14 @@ def read_spans(
             firsts //= part.scale
         firsts += begins
         ends = firsts + counts
-        if int(ends.max()) <= tokens.size:  # a separator read past the array: below
-            spans = map(tokens.__getitem__, map(slice, firsts.tolist(), ends.tolist()))
-            np.concatenate(list(spans), out=out, casting="unsafe")
+        if int(ends.max()) <= tokens.size and tokens.flags.c_contiguous:  # else: below
+            size = tokens.dtype.itemsize  # the pieces' bytes joined, then cast once
+            flat = memoryview(tokens).cast("B")  # type: ignore[arg-type]
+            spans = map(
+                flat.__getitem__, map(slice, (firsts * size).tolist(), (ends * size).tolist())
+            )
+            joined = np.frombuffer(b"".join(spans), dtype=tokens.dtype)
+            np.copyto(out, joined, casting="unsafe")
             return
     out[:] = corpus.read_pieces(docs, begins, counts, past_end=past_end)
 
