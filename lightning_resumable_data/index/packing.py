@@ -161,17 +161,18 @@ def locate_many(
     last = np.searchsorted(checkpoints, stops, side="left")  # exclusive blocks
     low = first * stride
     sizes = np.minimum(last * stride, len(lengths)) - low
-    ranges = np.repeat(np.arange(starts.size, dtype=np.int64), sizes)
     heads = np.cumsum(sizes) - sizes  # where each range's positions begin
-    positions = np.arange(int(sizes.sum()), dtype=np.int64) - heads[ranges] + low[ranges]
+    positions = np.repeat(low - heads, sizes)  # per range, repeated: no gather by range
+    positions += np.arange(positions.size, dtype=np.int64)
     docs = _documents(order, positions)
     tokens = np.asarray(lengths[docs], dtype=np.int64) + sep
-    running = np.cumsum(tokens)
-    before = (running[heads] - tokens[heads])[ranges]  # running sum before each range
-    ends = checkpoints[first][ranges] + running - before
+    ends = np.cumsum(tokens)
+    ends += np.repeat(checkpoints[first] - ends[heads] + tokens[heads], sizes)  # stream ends
     begins = ends - tokens
-    keep = (ends > starts[ranges]) & (begins < stops[ranges]) & (ends > begins)  # no empty
-    ranges, docs, begins, ends = ranges[keep], docs[keep], begins[keep], ends[keep]
+    keep = (ends > np.repeat(starts, sizes)) & (begins < np.repeat(stops, sizes))
+    keep &= tokens > 0  # no empty piece
+    ranges = np.repeat(np.arange(starts.size, dtype=np.int64), sizes)[keep]
+    docs, begins, ends = docs[keep], begins[keep], ends[keep]
     offsets = np.maximum(begins, starts[ranges]) - begins
     counts = np.minimum(ends, stops[ranges]) - begins - offsets
     return ranges, docs, offsets, counts
