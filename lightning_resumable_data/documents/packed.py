@@ -218,20 +218,25 @@ class PackedDataset(torch.utils.data.Dataset[Sample]):
         ``SampleKey`` indices carry their epoch; plain ones use :attr:`epoch`.
         """
         length = len(self)
+        epochs, epoch = None, self.epoch
         if isinstance(indices, KeyedBatch):  # one epoch, no key object per index
-            flat = np.array(indices[:], dtype=np.int64)
-            epochs = np.full(flat.size, indices.epoch, dtype=np.int64)
+            flat, epoch = np.array(indices[:], dtype=np.int64), indices.epoch
         else:
             flat = np.array([int(i) for i in indices], dtype=np.int64)
             epochs = np.array(
                 [i.epoch if isinstance(i, SampleKey) else self.epoch for i in indices],
                 dtype=np.int64,
             )
-        if flat.size and (int(flat.min()) < -length or int(flat.max()) >= length):
-            bad = next(int(i) for i in flat.tolist() if not -length <= i < length)
-            raise IndexError(f"sample {bad} is out of range for {length} packed samples.")
-        flat %= max(length, 1)
+        if flat.size:
+            low, high = int(flat.min()), int(flat.max())
+            if low < -length or high >= length:
+                bad = next(int(i) for i in flat.tolist() if not -length <= i < length)
+                raise IndexError(f"sample {bad} is out of range for {length} packed samples.")
+            if low < 0:
+                flat %= length
         read = self._padded if self.mode == "pad" else self._packed
+        if epochs is None:
+            return read(flat, epoch) if flat.size else []
         present = np.unique(epochs).tolist()
         if len(present) == 1:
             return read(flat, present[0])
@@ -259,7 +264,7 @@ class PackedDataset(torch.utils.data.Dataset[Sample]):
         heads = np.cumsum(counts) - counts  # where each piece starts in the batch
         separators = None
         if self.sep:  # pieces that end with the separator (one token past the document)
-            ends = np.asarray(self.corpus.lengths[docs], dtype=np.int64) - begins
+            ends = np.subtract(self.corpus.lengths[docs], begins, dtype=np.int64)
             closing = ends < counts
             separators = heads[closing] + ends[closing]
         tokens = np.empty(indices.size * self.seq_len, dtype=np.int64)

@@ -77,13 +77,16 @@ def _network(x: NDArray[np.uint64], keys: Keys, a: int, b: int) -> NDArray[np.ui
     p, q = np.array(a, dtype=np.uint64), np.array(b, dtype=np.uint64)
     high = x // q  # in Z_a
     low = x - high * q  # in Z_b
-    scratch = np.empty_like(x)
+    scratch, spare = np.empty_like(x), np.empty_like(x)
     for round_, key in enumerate(keys):
-        mixed = _mix(low, key, p) if tables is None else tables[round_][low.view(np.int64)]
+        if tables is None:
+            mixed = _mix(low, key, p)
+        else:  # "wrap" never wraps (low < q): take's fastest mode, into a spare buffer
+            mixed = tables[round_].take(low.view(np.int64), out=spare, mode="wrap")
         np.add(mixed, high, out=mixed)  # in [0, 2p - 1)
         np.subtract(mixed, p, out=scratch)  # wraps to huge when mixed < p
         np.minimum(mixed, scratch, out=mixed)  # (high + F(low)) mod p
-        high, low = low, mixed
+        high, low, spare = low, mixed, high
         p, q = q, p
     np.multiply(high, q, out=high)
     np.add(high, low, out=high)

@@ -165,7 +165,7 @@ def locate_many(
     positions = np.repeat(low - heads, sizes)  # per range, repeated: no gather by range
     positions += np.arange(positions.size, dtype=np.int64)
     docs = _documents(order, positions)
-    tokens = np.asarray(lengths[docs], dtype=np.int64) + sep
+    tokens = np.add(lengths[docs], sep, dtype=np.int64)
     ends = np.cumsum(tokens)
     ends += np.repeat(checkpoints[first] - ends[heads] + tokens[heads], sizes)  # stream ends
     begins = ends - tokens
