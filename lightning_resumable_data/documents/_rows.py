@@ -11,6 +11,7 @@ token), and keeps the batch arrays, so that
 from __future__ import annotations
 
 from functools import lru_cache
+from itertools import chain
 from operator import is_
 from typing import TYPE_CHECKING, Any
 
@@ -45,13 +46,13 @@ class PackedRows(list[Sample]):
         super().__init__(samples)
         self.arrays, self.cu_seqlens, self.max_seqlen = arrays, cu_seqlens, max_seqlen
         self._samples = samples
-        self._values = [value for sample in samples for value in sample.values()]
+        self._values = list(chain.from_iterable(map(dict.values, samples)))
 
     def intact(self) -> bool:
         """Whether the samples are still the views it was built with (none replaced)."""
         if len(self) != len(self._samples) or not all(map(is_, self, self._samples)):
             return False
-        values = [value for sample in self for value in sample.values()]
+        values = [value for sample in self for value in sample.values()]  # dicts or not
         return len(values) == len(self._values) and all(map(is_, values, self._values))
 
 
@@ -160,5 +161,17 @@ def packed_rows(
     if per_row:
         keys.append("cu_seqlens")
         columns.append(per_row)
-    samples = [dict(zip(keys, row, strict=True)) for row in zip(*columns, strict=True)]
-    return PackedRows(samples, arrays, cu_seqlens, int(counts.max()) if counts.size else 0)
+    return PackedRows(
+        _dicts(keys, columns), arrays, cu_seqlens, int(counts.max()) if counts.size else 0
+    )
+
+
+def _dicts(keys: list[str], columns: list[list[NDArray[Any]]]) -> list[Sample]:
+    """One dict per row of ``columns`` (a dict display: twice as fast as ``dict(zip())``)."""
+    if len(keys) == 3:
+        k0, k1, k2 = keys
+        return [{k0: a, k1: b, k2: c} for a, b, c in zip(*columns, strict=True)]
+    if len(keys) == 4:
+        k0, k1, k2, k3 = keys
+        return [{k0: a, k1: b, k2: c, k3: d} for a, b, c, d in zip(*columns, strict=True)]
+    return [dict(zip(keys, row, strict=True)) for row in zip(*columns, strict=True)]
