@@ -170,7 +170,8 @@ def locate_many(
     ends += np.repeat(checkpoints[first] - ends[heads] + tokens[heads], sizes)  # stream ends
     begins = ends - tokens
     keep = (ends > np.repeat(starts, sizes)) & (begins < np.repeat(stops, sizes))
-    keep &= tokens > 0  # no empty piece
+    if not sep:  # an empty document (lengths of 0) makes no piece
+        keep &= tokens > 0
     ranges = np.repeat(np.arange(starts.size, dtype=np.int64), sizes)[keep]
     docs, begins, ends = docs[keep], begins[keep], ends[keep]
     offsets = np.maximum(begins, starts[ranges]) - begins

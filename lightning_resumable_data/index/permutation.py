@@ -228,10 +228,14 @@ def _network_permute(
         [0, 1, 2, 3, 4, 5]
     """
     flat = np.asarray(positions).reshape(-1).astype(np.uint64)
-    out = np.empty(flat.size, dtype=np.uint64)
     round_keys, (a, b) = _round_keys(key), _radices(n)
-    for begin in range(0, flat.size, _CHUNK):  # cache-sized passes: memory flat in size
-        out[begin : begin + _CHUNK] = _network(flat[begin : begin + _CHUNK], round_keys, a, b)
+    if flat.size <= _CHUNK:  # one pass, into its own output
+        out = _network(flat, round_keys, a, b)
+    else:
+        out = np.empty(flat.size, dtype=np.uint64)
+        for begin in range(0, flat.size, _CHUNK):  # cache-sized passes: memory flat in size
+            chunk = flat[begin : begin + _CHUNK]
+            out[begin : begin + _CHUNK] = _network(chunk, round_keys, a, b)
     walk(out, n, round_keys, a, b)
     return out.view(np.int64)
 
