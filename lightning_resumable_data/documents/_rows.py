@@ -56,12 +56,12 @@ class PackedRows(list[Sample]):
         return len(values) == len(self._values) and all(map(is_, values, self._values))
 
 
-@lru_cache(maxsize=4)
-def _arange(size: int) -> NDArray[np.int64]:
-    """``np.arange(size)``, read-only and kept: a batch's token positions."""
-    positions = np.arange(size, dtype=np.int64)
-    positions.setflags(write=False)
-    return positions
+@lru_cache(maxsize=8)
+def _arange(size: int, dtype: np.dtype[Any]) -> NDArray[np.signedinteger[Any]]:
+    """``np.arange(size, dtype=dtype)``, read-only and kept: the token places in a row."""
+    places = np.arange(size, dtype=dtype)
+    places.setflags(write=False)
+    return places
 
 
 def read_spans(
@@ -140,10 +140,12 @@ def packed_rows(
     if heads is None:
         heads = np.cumsum(counts) - counts  # piece starts in the flat batch
     arrays: dict[str, NDArray[Any]] = {"input_ids": ids, "loss_mask": mask}
-    if boundaries != "cu_seqlens":
-        positions = np.repeat(heads, counts)  # each token's piece start, then its position
-        np.subtract(_arange(rows * seq_len), positions, out=positions)
-        arrays["position_ids"] = positions.reshape(rows, seq_len)
+    if boundaries != "cu_seqlens":  # a token's place in its row minus its piece's start
+        small = np.min_scalar_type(-seq_len)  # int16 at seq_len 2049: a quarter the bytes
+        starts = np.repeat((heads - ranges * seq_len).astype(small), counts)
+        positions = np.empty((rows, seq_len), dtype=np.int64)
+        np.subtract(_arange(seq_len, small), starts.reshape(rows, seq_len), out=positions)
+        arrays["position_ids"] = positions
     cu_seqlens = None
     per_row: list[NDArray[np.int32]] = []
     if boundaries != "position_ids":
