@@ -24,7 +24,10 @@ its extra label token), seed 0, one epoch, one CPU, one thread, a fresh process 
   ``KeyedBatch``, then ``collate_packed``: the batch our ``StatefulDataLoader`` yields, with
   ``position_ids``), latency per sample; throughput in training tokens per second,
   beside LitData's ``StreamingDataset`` + ``TokensLoader(block_size=2049)`` over the same
-  token stream (``optimize``-d beforehand; shuffled), when ``litdata`` is installed.
+  token stream (``optimize``-d beforehand; shuffled), when ``litdata`` is installed. Both
+  wall and CPU time (``time.process_time``: every thread of the process) are recorded; the
+  best of ``--repeat`` by CPU time is kept, and the verdict compares tokens per CPU
+  second (wall time on a shared machine measures its neighbours too).
 """
 
 from __future__ import annotations
@@ -190,10 +193,10 @@ def child_read(side: str, prefix: str, litdata_dir: str) -> dict[str, Any]:
         )
         iterator = iter(stream)
         next(iterator)  # open the first chunk outside the timing
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         for _ in range(READS):
             next(iterator)
-        seconds = time.perf_counter() - start
+        seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     else:
         dataset = _megatron(prefix, cache) if side == "megatron" else _ours(prefix)
         picks = np.random.default_rng(2).integers(0, len(dataset), READS).tolist()
@@ -202,7 +205,7 @@ def child_read(side: str, prefix: str, litdata_dir: str) -> dict[str, Any]:
 
             picks = [SampleKey(i, seed=0, epoch=0, position=i) for i in picks]
         dataset[picks[0]]
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         if side == "ours_batch":  # what our loader's fetcher calls, then its collate_fn
             from lightning_resumable_data.documents import collate_packed
             from lightning_resumable_data.randomness import KeyedBatch
@@ -212,16 +215,17 @@ def child_read(side: str, prefix: str, litdata_dir: str) -> dict[str, Any]:
                 KeyedBatch(plain[b : b + BATCH], seed=0, epoch=0, start=b, step=1)
                 for b in range(0, READS, BATCH)
             ]
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             for batch in batches:
                 collate_packed(dataset.__getitems__(batch))
         else:
             for index in picks:  # one sample at a time
                 dataset[index]
-        seconds = time.perf_counter() - start
+        seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     shutil.rmtree(cache, ignore_errors=True)
     return {"seconds": seconds, "latency_us": seconds / READS * 1e6,
-            "tokens_per_s": READS * SEQ_LEN / seconds}  # fmt: skip
+            "tokens_per_s": READS * SEQ_LEN / seconds, "cpu_seconds": cpu,
+            "cpu_us": cpu / READS * 1e6, "tokens_per_cpu_s": READS * SEQ_LEN / cpu}  # fmt: skip
 
 
 def child(argv: list[str]) -> None:
@@ -306,8 +310,9 @@ def main() -> None:
             )
             if error:
                 raise SystemExit(f"read {side}: {error}")
-            best = min(runs, key=lambda r: r["seconds"])
-            reads[side] = {"latency_us": best["latency_us"], "tokens_per_s": best["tokens_per_s"]}
+            best = min(runs, key=lambda r: r["cpu_seconds"])  # the CPU time is the target's
+            reads[side] = {key: best[key] for key in ("latency_us", "tokens_per_s", "cpu_us",
+                                                      "tokens_per_cpu_s")}  # fmt: skip
     finally:
         shutil.rmtree(work, ignore_errors=True)
     results = report(builds, reads, args.quick, repeat)
@@ -334,9 +339,11 @@ def report(
         )
     if reads.get("litdata") and reads.get("ours"):
         for side, how in (("ours", "one sample a call"), ("ours_batch", f"batches of {BATCH}")):
-            ratio = reads[side]["tokens_per_s"] / reads["litdata"]["tokens_per_s"]
+            ratio = reads[side]["tokens_per_cpu_s"] / reads["litdata"]["tokens_per_cpu_s"]
+            wall = reads[side]["tokens_per_s"] / reads["litdata"]["tokens_per_s"]
             verdicts.append(
-                f"{mark(ratio >= 1)} read throughput, {how}: {ratio:.2f}x LitData's (target 1x)"
+                f"{mark(ratio >= 1)} read throughput, {how}: {ratio:.2f}x LitData's tokens "
+                f"per CPU second (target 1x; {wall:.2f}x in wall time)"
             )
     else:
         verdicts.append("LitData comparison skipped: litdata is not installed")

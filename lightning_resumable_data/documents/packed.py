@@ -55,7 +55,7 @@ from lightning_resumable_data.index.packing import (
     locate_many,
     piece_offsets,
 )
-from lightning_resumable_data.index.permutation import feistel_keys, feistel_permute
+from lightning_resumable_data.index.permutation import _permute, feistel_keys
 from lightning_resumable_data.pins import dataset_pins
 from lightning_resumable_data.randomness import KeyedBatch, SampleKey
 from lightning_resumable_data.samplers._arguments import check_key_seed
@@ -78,8 +78,8 @@ def _choice(name: str, value: str, choices: tuple[str, ...]) -> str:
     return value
 
 
-def _order(n: int, keys: NDArray[np.uint64], positions: NDArray[np.int64]) -> NDArray[np.int64]:
-    return feistel_permute(positions, n, keys)
+def _order(n: int, key: tuple[int, ...], positions: NDArray[np.int64]) -> NDArray[np.int64]:
+    return _permute(positions, n, key)  # positions in [0, n): the index math keeps them there
 
 
 class PackedDataset(torch.utils.data.Dataset[Sample]):
@@ -183,7 +183,7 @@ class PackedDataset(torch.utils.data.Dataset[Sample]):
             keys = self._keys[epoch] = feistel_keys(self.seed, epoch)
             while len(self._keys) > _CACHED_EPOCHS:
                 del self._keys[next(iter(self._keys))]
-        return partial(_order, len(self.corpus), keys)
+        return partial(_order, len(self.corpus), tuple(keys.tolist()))
 
     def positions(self, docs: NDArray[np.int64], epoch: int) -> NDArray[np.int64]:
         """Where documents ``docs`` are in ``epoch``'s document order (its inverse, O(1) each)."""
@@ -288,17 +288,8 @@ class PackedDataset(torch.utils.data.Dataset[Sample]):
         counts = np.stack([real, self.seq_len - real], axis=1).reshape(-1)
         ranges = np.repeat(rows, 2)
         keep = counts > 0  # a padding piece only where there is padding
-        return self._samples(tokens.reshape(-1), ranges[keep], counts[keep], real)
-
-    def _samples(
-        self,
-        tokens: NDArray[np.int64],
-        ranges: NDArray[np.int64],
-        counts: NDArray[np.int64],
-        real: NDArray[np.int64],
-    ) -> list[Sample]:
-        """Split flat batch arrays into per-sample dicts (views, no copy per token)."""
-        return packed_rows(tokens, ranges, counts, real, self.seq_len, self.boundaries)
+        flat, pieces = tokens.reshape(-1), counts[keep]
+        return packed_rows(flat, ranges[keep], pieces, real, self.seq_len, self.boundaries)
 
     def __repr__(self) -> str:
         return (

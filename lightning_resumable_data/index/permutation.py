@@ -208,6 +208,11 @@ def feistel_permute(
             f"positions must be in [0, n={n}), got {int(positions.min())} .. "
             f"{int(positions.max())}; reduce them modulo n or fix the caller."
         )
+    return _permute(positions, n, key)
+
+
+def _permute(positions: NDArray[np.integer], n: int, key: tuple[int, ...]) -> NDArray[np.int64]:
+    """:func:`feistel_permute` without its checks, for callers whose positions are valid."""
     if n <= EXACT_THRESHOLD:
         table: NDArray[np.int64] = _exact_table(n, key)[positions].astype(np.int64)
         return table
