@@ -166,16 +166,17 @@ def locate_many(
     positions += np.arange(positions.size, dtype=np.int64)
     docs = _documents(order, positions)
     tokens = np.add(lengths[docs], sep, dtype=np.int64)
-    ends = np.cumsum(tokens)
-    ends += np.repeat(checkpoints[first] - ends[heads] + tokens[heads], sizes)  # stream ends
+    ends = np.cumsum(tokens)  # then each document's stream end minus its range's start:
+    ends += np.repeat(checkpoints[first] - starts - ends[heads] + tokens[heads], sizes)
     begins = ends - tokens
-    keep = (ends > np.repeat(starts, sizes)) & (begins < np.repeat(stops, sizes))
+    keep = ends > 0
+    keep &= begins < width
     if not sep:  # an empty document (lengths of 0) makes no piece
         keep &= tokens > 0
     ranges = np.repeat(np.arange(starts.size, dtype=np.int64), sizes)[keep]
     docs, begins, ends = docs[keep], begins[keep], ends[keep]
-    offsets = np.maximum(begins, starts[ranges]) - begins
-    counts = np.minimum(ends, stops[ranges]) - begins - offsets
+    offsets = np.maximum(begins, 0) - begins  # where in the document the range begins
+    counts = np.minimum(ends, width) - np.maximum(begins, 0)
     return ranges, docs, offsets, counts
 
 
