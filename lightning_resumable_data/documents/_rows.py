@@ -52,7 +52,7 @@ class PackedRows(list[Sample]):
         """Whether the samples are still the views it was built with (none replaced)."""
         if len(self) != len(self._samples) or not all(map(is_, self, self._samples)):
             return False
-        values = [value for sample in self for value in sample.values()]  # dicts or not
+        values = list(chain.from_iterable(map(dict.values, self._samples)))  # ours, checked
         return len(values) == len(self._values) and all(map(is_, values, self._values))
 
 
@@ -90,18 +90,16 @@ def read_spans(
     """
     part = corpus.parts[0]
     if len(corpus.parts) == 1 and isinstance(part.tokens, np.ndarray) and docs.size:
-        tokens = np.asarray(part.tokens)
+        tokens, size = np.asarray(part.tokens), part.tokens.dtype.itemsize
         firsts = np.asarray(part.starts[docs], dtype=np.int64)
         if part.scale != 1:
             firsts //= part.scale
         firsts += begins
-        ends = firsts + counts
-        if int(ends.max()) <= tokens.size and tokens.flags.c_contiguous:  # else: below
-            size = tokens.dtype.itemsize  # the pieces' bytes joined, then cast once
+        firsts *= size  # in bytes: the pieces' bytes are joined, then cast once
+        ends = firsts + counts * size
+        if int(ends.max()) <= tokens.nbytes and tokens.flags.c_contiguous:  # else: below
             flat = memoryview(tokens).cast("B")  # type: ignore[arg-type]
-            spans = map(
-                flat.__getitem__, map(slice, (firsts * size).tolist(), (ends * size).tolist())
-            )
+            spans = map(flat.__getitem__, map(slice, firsts.tolist(), ends.tolist()))
             joined = np.frombuffer(b"".join(spans), dtype=tokens.dtype)
             np.copyto(out, joined, casting="unsafe")
             return
@@ -112,7 +110,7 @@ def packed_rows(
     tokens: NDArray[np.int64],
     ranges: NDArray[np.int64],
     counts: NDArray[np.int64],
-    real: NDArray[np.int64],
+    real: NDArray[np.int64] | None,
     seq_len: int,
     boundaries: str,
     heads: NDArray[np.int64] | None = None,
@@ -131,9 +129,9 @@ def packed_rows(
         >>> rows.cu_seqlens.tolist(), rows.max_seqlen
         ([0, 1, 3, 6], 3)
     """
-    rows = real.size
+    rows = tokens.size // seq_len
     ids = tokens.reshape(rows, seq_len)
-    if real.size and int(real.min()) == seq_len:  # no padding: one fill
+    if real is None:  # no padding: one fill
         mask = np.ones((rows, seq_len), dtype=np.bool_)
     else:
         mask = np.arange(seq_len) < real[:, None]

@@ -271,8 +271,7 @@ class PackedDataset(torch.utils.data.Dataset[Sample]):
         read_spans(self.corpus, docs, begins, counts, separators, tokens)
         if separators is not None and self.eos_id is not None:
             tokens[separators] = self.eos_id
-        full = np.full(indices.size, self.seq_len, dtype=np.int64)
-        return packed_rows(tokens, ranges, counts, full, self.seq_len, self.boundaries, heads)
+        return packed_rows(tokens, ranges, counts, None, self.seq_len, self.boundaries, heads)
 
     def _padded(self, indices: NDArray[np.int64], epoch: int = 0) -> list[Sample]:
         lengths = np.asarray(self.corpus.lengths[indices], dtype=np.int64)
