@@ -136,11 +136,11 @@ def packed_rows(
     else:
         mask = np.arange(seq_len) < real[:, None]
     if heads is None:
-        heads = np.cumsum(counts) - counts  # piece starts in the flat batch
+        heads = counts.cumsum() - counts  # piece starts in the flat batch
     arrays: dict[str, NDArray[Any]] = {"input_ids": ids, "loss_mask": mask}
     if boundaries != "cu_seqlens":  # a token's place in its row minus its piece's start
         small = np.min_scalar_type(-seq_len)  # int16 at seq_len 2049: a quarter the bytes
-        starts = np.repeat((heads - ranges * seq_len).astype(small), counts)
+        starts = (heads - ranges * seq_len).astype(small).repeat(counts)
         positions = np.empty((rows, seq_len), dtype=np.int64)
         np.subtract(_arange(seq_len, small), starts.reshape(rows, seq_len), out=positions)
         arrays["position_ids"] = positions

@@ -261,7 +261,7 @@ class PackedDataset(torch.utils.data.Dataset[Sample]):
 
     def _packed(self, indices: NDArray[np.int64], epoch: int) -> list[Sample]:
         ranges, docs, begins, counts = self.pieces(indices, epoch)
-        heads = np.cumsum(counts) - counts  # where each piece starts in the batch
+        heads = counts.cumsum() - counts  # where each piece starts in the batch
         separators = None
         if self.sep:  # pieces that end with the separator (one token past the document)
             ends = np.subtract(self.corpus.lengths[docs], begins, dtype=np.int64)

@@ -118,7 +118,7 @@ def walk(x: NDArray[np.uint64], n: int, keys: Keys, a: int, b: int) -> None:
     otherwise the network again on those values (fewer than ``1 / b`` of them), until none
     is left.
     """
-    outside = np.flatnonzero(x >= np.uint64(n))
+    outside = (x >= np.uint64(n)).nonzero()[0]
     if not outside.size:
         return
     if a * b - n <= WALK_TABLE_LIMIT:

@@ -157,23 +157,23 @@ def locate_many(
             f"stream ranges must lie in [0, {total}); got starts {int(starts.min())} .. "
             f"{int(starts.max())} of width {width}."
         )
-    first = np.searchsorted(checkpoints, starts, side="right") - 1
-    last = np.searchsorted(checkpoints, stops, side="left")  # exclusive blocks
+    first = checkpoints.searchsorted(starts, side="right") - 1
+    last = checkpoints.searchsorted(stops, side="left")  # exclusive blocks
     low = first * stride
     sizes = np.minimum(last * stride, len(lengths)) - low
-    heads = np.cumsum(sizes) - sizes  # where each range's positions begin
-    positions = np.repeat(low - heads, sizes)  # per range, repeated: no gather by range
+    heads = sizes.cumsum() - sizes  # where each range's positions begin
+    positions = (low - heads).repeat(sizes)  # per range, repeated: no gather by range
     positions += np.arange(positions.size, dtype=np.int64)
     docs = _documents(order, positions)
     tokens = np.add(lengths[docs], sep, dtype=np.int64)
-    ends = np.cumsum(tokens)  # then each document's stream end minus its range's start:
-    ends += np.repeat(checkpoints[first] - starts - ends[heads] + tokens[heads], sizes)
+    ends = tokens.cumsum()  # then each document's stream end minus its range's start:
+    ends += (checkpoints[first] - starts - ends[heads] + tokens[heads]).repeat(sizes)
     begins = ends - tokens
     keep = ends > 0
     keep &= begins < width
     if not sep:  # an empty document (lengths of 0) makes no piece
         keep &= tokens > 0
-    ranges = np.repeat(np.arange(starts.size, dtype=np.int64), sizes)[keep]
+    ranges = np.arange(starts.size, dtype=np.int64).repeat(sizes)[keep]
     docs, begins, ends = docs[keep], begins[keep], ends[keep]
     offsets = np.maximum(begins, 0) - begins  # where in the document the range begins
     counts = np.minimum(ends, width) - np.maximum(begins, 0)
