@@ -32,8 +32,12 @@ def document_table(results: dict[str, Any]) -> list[str]:
                                 "CPU us per sample", "M tokens per CPU s")]  # fmt: skip
     names = {"ours": "PackedDataset, one sample a call",
              "ours_batch": f"PackedDataset, batches of {results['batch']} + collate_packed",
-             "megatron": "Megatron GPTDataset", "litdata": "LitData TokensLoader"}  # fmt: skip
+             "megatron": "Megatron GPTDataset", "litdata": "LitData TokensLoader",
+             "litdata_batch": f"LitData TokensLoader, batches of {results['batch']} "
+                              "+ default_collate"}  # fmt: skip
     for side, name in names.items():
+        if side not in results["reads"]:  # a run from before that row existed
+            continue
         read = results["reads"].get(side)
         if read:
             cpu = ["", ""]  # a run from before CPU time was recorded
