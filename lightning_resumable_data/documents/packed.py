@@ -46,7 +46,7 @@ import numpy as np
 import torch.utils.data
 from numpy.typing import NDArray
 
-from lightning_resumable_data.documents._rows import packed_rows
+from lightning_resumable_data.documents._rows import packed_rows, read_spans
 from lightning_resumable_data.documents.corpus import DocumentCorpus
 from lightning_resumable_data.index.inverse import feistel_inverse
 from lightning_resumable_data.index.packing import (
@@ -55,7 +55,7 @@ from lightning_resumable_data.index.packing import (
     locate_many,
     piece_offsets,
 )
-from lightning_resumable_data.index.permutation import feistel_keys, feistel_permute
+from lightning_resumable_data.index.permutation import _permute, feistel_keys
 from lightning_resumable_data.pins import dataset_pins
 from lightning_resumable_data.randomness import KeyedBatch, SampleKey
 from lightning_resumable_data.samplers._arguments import check_key_seed
@@ -78,8 +78,8 @@ def _choice(name: str, value: str, choices: tuple[str, ...]) -> str:
     return value
 
 
-def _order(n: int, keys: NDArray[np.uint64], positions: NDArray[np.int64]) -> NDArray[np.int64]:
-    return feistel_permute(positions, n, keys)
+def _order(n: int, key: tuple[int, ...], positions: NDArray[np.int64]) -> NDArray[np.int64]:
+    return _permute(positions, n, key)  # positions in [0, n): the index math keeps them there
 
 
 class PackedDataset(torch.utils.data.Dataset[Sample]):
@@ -183,7 +183,7 @@ class PackedDataset(torch.utils.data.Dataset[Sample]):
             keys = self._keys[epoch] = feistel_keys(self.seed, epoch)
             while len(self._keys) > _CACHED_EPOCHS:
                 del self._keys[next(iter(self._keys))]
-        return partial(_order, len(self.corpus), keys)
+        return partial(_order, len(self.corpus), tuple(keys.tolist()))
 
     def positions(self, docs: NDArray[np.int64], epoch: int) -> NDArray[np.int64]:
         """Where documents ``docs`` are in ``epoch``'s document order (its inverse, O(1) each)."""
@@ -218,20 +218,25 @@ class PackedDataset(torch.utils.data.Dataset[Sample]):
         ``SampleKey`` indices carry their epoch; plain ones use :attr:`epoch`.
         """
         length = len(self)
+        epochs, epoch = None, self.epoch
         if isinstance(indices, KeyedBatch):  # one epoch, no key object per index
-            flat = np.array(indices[:], dtype=np.int64)
-            epochs = np.full(flat.size, indices.epoch, dtype=np.int64)
+            flat, epoch = np.array(indices[:], dtype=np.int64), indices.epoch
         else:
             flat = np.array([int(i) for i in indices], dtype=np.int64)
             epochs = np.array(
                 [i.epoch if isinstance(i, SampleKey) else self.epoch for i in indices],
                 dtype=np.int64,
             )
-        if flat.size and (int(flat.min()) < -length or int(flat.max()) >= length):
-            bad = next(int(i) for i in flat.tolist() if not -length <= i < length)
-            raise IndexError(f"sample {bad} is out of range for {length} packed samples.")
-        flat %= max(length, 1)
+        if flat.size:
+            low, high = int(flat.min()), int(flat.max())
+            if low < -length or high >= length:
+                bad = next(int(i) for i in flat.tolist() if not -length <= i < length)
+                raise IndexError(f"sample {bad} is out of range for {length} packed samples.")
+            if low < 0:
+                flat %= length
         read = self._padded if self.mode == "pad" else self._packed
+        if epochs is None:
+            return read(flat, epoch) if flat.size else []
         present = np.unique(epochs).tolist()
         if len(present) == 1:
             return read(flat, present[0])
@@ -255,17 +260,18 @@ class PackedDataset(torch.utils.data.Dataset[Sample]):
         )  # fmt: skip
 
     def _packed(self, indices: NDArray[np.int64], epoch: int) -> list[Sample]:
-        lengths = self.corpus.lengths
         ranges, docs, begins, counts = self.pieces(indices, epoch)
-        real = np.minimum(counts, np.asarray(lengths[docs], dtype=np.int64) - begins)
-        closing = real < counts  # pieces that end with the separator (one token)
-        separators = (np.cumsum(counts) - counts + real)[closing] if self.sep else None
-        body = self.corpus.read_pieces(docs, begins, counts, past_end=separators)
-        tokens = body.astype(np.int64)
+        heads = counts.cumsum() - counts  # where each piece starts in the batch
+        separators = None
+        if self.sep:  # pieces that end with the separator (one token past the document)
+            ends = np.subtract(self.corpus.lengths[docs], begins, dtype=np.int64)
+            closing = ends < counts
+            separators = heads[closing] + ends[closing]
+        tokens = np.empty(indices.size * self.seq_len, dtype=np.int64)
+        read_spans(self.corpus, docs, begins, counts, separators, tokens)
         if separators is not None and self.eos_id is not None:
             tokens[separators] = self.eos_id
-        full = np.full(indices.size, self.seq_len, dtype=np.int64)
-        return self._samples(tokens, ranges, counts, full)
+        return packed_rows(tokens, ranges, counts, None, self.seq_len, self.boundaries, heads)
 
     def _padded(self, indices: NDArray[np.int64], epoch: int = 0) -> list[Sample]:
         lengths = np.asarray(self.corpus.lengths[indices], dtype=np.int64)
@@ -281,17 +287,8 @@ class PackedDataset(torch.utils.data.Dataset[Sample]):
         counts = np.stack([real, self.seq_len - real], axis=1).reshape(-1)
         ranges = np.repeat(rows, 2)
         keep = counts > 0  # a padding piece only where there is padding
-        return self._samples(tokens.reshape(-1), ranges[keep], counts[keep], real)
-
-    def _samples(
-        self,
-        tokens: NDArray[np.int64],
-        ranges: NDArray[np.int64],
-        counts: NDArray[np.int64],
-        real: NDArray[np.int64],
-    ) -> list[Sample]:
-        """Split flat batch arrays into per-sample dicts (views, no copy per token)."""
-        return packed_rows(tokens, ranges, counts, real, self.seq_len, self.boundaries)
+        flat, pieces = tokens.reshape(-1), counts[keep]
+        return packed_rows(flat, ranges[keep], pieces, real, self.seq_len, self.boundaries)
 
     def __repr__(self) -> str:
         return (

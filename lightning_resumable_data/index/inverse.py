@@ -20,9 +20,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
+from lightning_resumable_data.index.network import _MIX_1, _MIX_2
 from lightning_resumable_data.index.permutation import (
-    _MIX_1,
-    _MIX_2,
     EXACT_THRESHOLD,
     PermutationAlgorithm,
     _exact_table,
@@ -110,7 +109,7 @@ def feistel_inverse(
 def _network_inverse(
     y: NDArray[np.uint64], keys: tuple[np.uint64, ...], a: int, b: int
 ) -> NDArray[np.uint64]:
-    """The inverse of one pass of ``permutation._network`` (its rounds undone in reverse)."""
+    """The inverse of one pass of ``network._network`` (its rounds undone in reverse)."""
     radices = [(a, b)]
     for _ in keys:  # the radices each round starts from
         radices.append(radices[-1][::-1])

@@ -157,23 +157,26 @@ def locate_many(
             f"stream ranges must lie in [0, {total}); got starts {int(starts.min())} .. "
             f"{int(starts.max())} of width {width}."
         )
-    first = np.searchsorted(checkpoints, starts, side="right") - 1
-    last = np.searchsorted(checkpoints, stops, side="left")  # exclusive blocks
+    first = checkpoints.searchsorted(starts, side="right") - 1
+    last = checkpoints.searchsorted(stops, side="left")  # exclusive blocks
     low = first * stride
     sizes = np.minimum(last * stride, len(lengths)) - low
-    ranges = np.repeat(np.arange(starts.size, dtype=np.int64), sizes)
-    heads = np.cumsum(sizes) - sizes  # where each range's positions begin
-    positions = np.arange(int(sizes.sum()), dtype=np.int64) - heads[ranges] + low[ranges]
+    heads = sizes.cumsum() - sizes  # where each range's positions begin
+    positions = (low - heads).repeat(sizes)  # per range, repeated: no gather by range
+    positions += np.arange(positions.size, dtype=np.int64)
     docs = _documents(order, positions)
-    tokens = np.asarray(lengths[docs], dtype=np.int64) + sep
-    running = np.cumsum(tokens)
-    before = (running[heads] - tokens[heads])[ranges]  # running sum before each range
-    ends = checkpoints[first][ranges] + running - before
+    tokens = np.add(lengths[docs], sep, dtype=np.int64)
+    ends = tokens.cumsum()  # then each document's stream end minus its range's start:
+    ends += (checkpoints[first] - starts - ends[heads] + tokens[heads]).repeat(sizes)
     begins = ends - tokens
-    keep = (ends > starts[ranges]) & (begins < stops[ranges]) & (ends > begins)  # no empty
-    ranges, docs, begins, ends = ranges[keep], docs[keep], begins[keep], ends[keep]
-    offsets = np.maximum(begins, starts[ranges]) - begins
-    counts = np.minimum(ends, stops[ranges]) - begins - offsets
+    keep = ends > 0
+    keep &= begins < width
+    if not sep:  # an empty document (lengths of 0) makes no piece
+        keep &= tokens > 0
+    ranges = np.arange(starts.size, dtype=np.int64).repeat(sizes)[keep]
+    docs, begins, ends = docs[keep], begins[keep], ends[keep]
+    offsets = np.maximum(begins, 0) - begins  # where in the document the range begins
+    counts = np.minimum(ends, width) - np.maximum(begins, 0)
     return ranges, docs, offsets, counts
 
 

@@ -27,7 +27,8 @@ from numpy.typing import NDArray
 
 from lightning_resumable_data.index.bisection import mix64
 from lightning_resumable_data.index.keys import key_sequence
-from lightning_resumable_data.index.permutation import FEISTEL_ROUNDS, _network, _radices
+from lightning_resumable_data.index.network import _network
+from lightning_resumable_data.index.permutation import FEISTEL_ROUNDS, _radices
 
 __all__ = ["EXACT_SMALL", "pass_samples"]
 

@@ -46,6 +46,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from lightning_resumable_data.index.keys import key_rng, key_sequence
+from lightning_resumable_data.index.network import _network, walk
 
 __all__ = [
     "EXACT_THRESHOLD",
@@ -69,8 +70,6 @@ _CHUNK: Final = 2**14  # positions per pass of the network: temporaries stay in 
 _PERMUTATION_STREAM: Final = 0x5045524D  # "PERM": feistel_keys(seed, epoch)
 _EXACT_STREAM: Final = 0x50455845  # "PEXE": the exact shuffle of (n, keys)
 _ROUND_STREAM: Final = 0x5045524E  # "PERN": the network's round keys from keys
-_MIX_1: Final = np.uint64(0x9E3779B97F4A7C15)
-_MIX_2: Final = np.uint64(0xBF58476D1CE4E5B9)
 _SEED_LIMIT: Final = 2**64  # torch's manual_seed takes [0, 2**64) (and negatives, wrapped)
 
 
@@ -170,52 +169,6 @@ def _radices(n: int) -> tuple[int, int]:
     return a, -(-n // a)
 
 
-def _network(
-    x: NDArray[np.uint64], keys: tuple[np.uint64, ...], a: int, b: int
-) -> NDArray[np.uint64]:
-    """One pass of the mixed-radix Feistel network: a bijection of ``[0, a * b)``.
-
-    Round ``i`` maps ``(high in Z_p, low in Z_q)`` to ``(low, (high + F_i(low)) mod p)``;
-    ``p`` and ``q`` swap roles each round. ``F_i`` is a multiply-xorshift hash of
-    ``low ^ key_i`` whose top 32 bits are scaled into ``[0, p)`` (``p < 2**32``).
-    """
-    high = x // np.uint64(b)  # in Z_a
-    low = x - high * np.uint64(b)  # in Z_b
-    scratch = np.empty_like(x)
-    shift_32, shift_31 = np.uint64(32), np.uint64(31)
-    for key in keys:
-        mixed = np.bitwise_xor(low, key)
-        mixed *= _MIX_1
-        np.right_shift(mixed, shift_31, out=scratch)
-        mixed ^= scratch
-        mixed *= _MIX_2
-        mixed >>= shift_32
-        mixed *= np.uint64(a)
-        mixed >>= shift_32  # F(low) in [0, a)
-        mixed += high  # in [0, 2a - 1)
-        np.subtract(mixed, np.uint64(a), out=scratch)  # wraps to huge when mixed < a
-        np.minimum(mixed, scratch, out=mixed)  # (high + F(low)) mod a
-        high, low = low, mixed
-        a, b = b, a
-    high *= np.uint64(b)
-    high += low
-    result: NDArray[np.uint64] = high
-    return result
-
-
-def _walk(x: NDArray[np.uint64], n: int, keys: tuple[np.uint64, ...], a: int, b: int) -> None:
-    """Cycle-walk, in place, the values of ``x`` that the network put in ``[n, a * b)``.
-
-    Fewer than ``1 / b`` of them do; walking them all at once keeps small-array overhead
-    out of the main loop.
-    """
-    outside = np.flatnonzero(x >= np.uint64(n))
-    while outside.size:
-        walked = _network(x[outside], keys, a, b)
-        x[outside] = walked
-        outside = outside[walked >= np.uint64(n)]
-
-
 def feistel_permute(
     positions: NDArray[np.integer], n: int, keys: NDArray[np.integer]
 ) -> NDArray[np.int64]:
@@ -255,6 +208,11 @@ def feistel_permute(
             f"positions must be in [0, n={n}), got {int(positions.min())} .. "
             f"{int(positions.max())}; reduce them modulo n or fix the caller."
         )
+    return _permute(positions, n, key)
+
+
+def _permute(positions: NDArray[np.integer], n: int, key: tuple[int, ...]) -> NDArray[np.int64]:
+    """:func:`feistel_permute` without its checks, for callers whose positions are valid."""
     if n <= EXACT_THRESHOLD:
         table: NDArray[np.int64] = _exact_table(n, key)[positions].astype(np.int64)
         return table
@@ -275,11 +233,15 @@ def _network_permute(
         [0, 1, 2, 3, 4, 5]
     """
     flat = np.asarray(positions).reshape(-1).astype(np.uint64)
-    out = np.empty(flat.size, dtype=np.uint64)
     round_keys, (a, b) = _round_keys(key), _radices(n)
-    for begin in range(0, flat.size, _CHUNK):  # cache-sized passes: memory flat in size
-        out[begin : begin + _CHUNK] = _network(flat[begin : begin + _CHUNK], round_keys, a, b)
-    _walk(out, n, round_keys, a, b)
+    if flat.size <= _CHUNK:  # one pass, into its own output
+        out = _network(flat, round_keys, a, b)
+    else:
+        out = np.empty(flat.size, dtype=np.uint64)
+        for begin in range(0, flat.size, _CHUNK):  # cache-sized passes: memory flat in size
+            chunk = flat[begin : begin + _CHUNK]
+            out[begin : begin + _CHUNK] = _network(chunk, round_keys, a, b)
+    walk(out, n, round_keys, a, b)
     return out.view(np.int64)
 
 
