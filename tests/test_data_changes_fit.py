@@ -202,10 +202,13 @@ def test_a_mixture_resumed_under_new_weights_changes_them_at_the_resume(
         assert ledger(again).stream() == expected
 
 
-def test_a_removed_source_weighs_zero_from_the_resume_on(runs: Runs, killed_mixture: Path) -> None:
+@pytest.mark.parametrize("devices", [1, 2])
+def test_a_removed_source_weighs_zero_from_the_resume_on(
+    runs: Runs, killed_mixture: Path, devices: int
+) -> None:
     ckpt = killed_mixture / "ckpt" / f"step={KILL}.ckpt"
     args = ["--ckpt", str(ckpt), "--mixture", "--drop-source", "math"]
-    after = runs.run(runs.root / "removed", args)
+    after = runs.run(runs.root / f"removed-{devices}", [*args, "--devices", str(devices)])
     before, resumed = read(killed_mixture), read(after)
     assert not [i for epoch in resumed.values() for i in epoch if i >= 56]  # never drawn
     kept = {k: v for k, v in SOURCES.items() if k != "math"}
@@ -213,7 +216,7 @@ def test_a_removed_source_weighs_zero_from_the_resume_on(runs: Runs, killed_mixt
     assert_whole_passes(resumed[2], kept)
     assert len(resumed[2]) == 64
     again = runs.run(  # a second resume: the removed source's place is kept
-        runs.root / "removed-again",
+        runs.root / f"removed-again-{devices}",
         ["--ckpt", str(after / "ckpt" / f"step={KILL + 2}.ckpt"), *args[2:]],
     )
     expected = ledger(after).stream()[len(ledger(after).cut(KILL + 2).stream()) :]
