@@ -159,8 +159,13 @@ def check_state(
 
 
 _HINTS: Final = {  # what to do about a changed fingerprint value, where a word helps
-    "initial": " (a ResumableDataModule accepts a change of weights or phases from the resume "
-    "point on with allow_config_change=True)",
+    "initial": " (new weights start exactly at the resume point with "
+    "data_changes=DataChangePolicy(sources='at_resume'), a ResumableDataModule's default, or "
+    "sampler.data_changes = DataChangePolicy(); a change of phases needs "
+    "allow_config_change=True: docs/changes.md)",
+    "dataset_length": " (a dataset that grew or shrank is followed exactly with "
+    "sampler.data_changes = DataChangePolicy() before loading, as ResumableDataModule does by "
+    "default: docs/changes.md)",
     "mode": " (build the loader over the sampler it was saved with: 'position' is a sampler "
     "of this package, e.g. sampler=DistributedSampler(...); 'torchdata' is torch's own "
     "sampling, shuffle=True or a torch sampler)",

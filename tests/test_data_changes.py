@@ -284,3 +284,59 @@ def test_a_reweight_is_refused_without_a_policy() -> None:
         mixture_group([2.0, 1.0, 1.0], 1, DataChangePolicy(sources="refuse"))[0].load_state_dict(
             state
         )
+
+
+@pytest.mark.parametrize(("old", "new", "world"), [(61, 77, 2), (62, 50, 2), (61, 77, 3)])
+@pytest.mark.parametrize("drop_last", [True, False])
+def test_the_dry_run_counts_what_a_loader_trains_with_drop_last(
+    old: int, new: int, world: int, drop_last: bool
+) -> None:
+    """``lrd inspect --dataset-length``'s ``trained``: pads in, a dropped tail and batch out."""
+    from lightning_resumable_data import StatefulDataLoader
+    from lightning_resumable_data.cli._change_report import change_report
+
+    batch = 4
+    ranks = [
+        DistributedSampler(range(old), world, r, seed=5, drop_last=drop_last) for r in range(world)
+    ]
+    loaders = [
+        StatefulDataLoader(range(old), batch_size=batch, sampler=s, drop_last=drop_last)
+        for s in ranks
+    ]
+    iterators = [iter(loader) for loader in loaders]
+    for _ in range(3):
+        for it in iterators:
+            next(it)
+    state = loaders[0].state_dict()
+    planned = change_report(state["sampler"], new, POLICY, batch)
+    trained = 0
+    for rank in range(world):
+        sampler = DistributedSampler(range(new), world, rank, seed=5, drop_last=drop_last)
+        sampler.data_changes = POLICY
+        loader = StatefulDataLoader(
+            range(new), batch_size=batch, sampler=sampler, drop_last=drop_last
+        )
+        loader.load_state_dict(state)
+        trained += sum(len(b) for b in loader)
+    assert planned["trained"] == trained
+
+
+def test_a_quarantined_index_removed_by_a_shrink_loads_again_and_again() -> None:
+    """Quarantine sample 55, then shrink to 50: each later load (Lightning loads twice, and
+    every resume after) accepts the saved quarantine of an index the data no longer has."""
+    sampler = samplers(range(64), 1)[0]
+    iterator = iter(sampler)
+    for _ in range(12):
+        next(iterator)
+    sampler.quarantine([55, 5])
+    state = sampler.state_at(0, 12)
+    shrunk = samplers(range(50), 1)[0]
+    shrunk.load_state_dict(state)
+    again = shrunk.state_at(0, 12)
+    shrunk.load_state_dict(again)  # the loader's second load of the same position
+    rest = list(shrunk)
+    later = samplers(range(50), 1)[0]
+    later.load_state_dict(again)  # a later resume
+    assert list(later) == rest
+    assert 5 not in rest
+    assert all(i < 50 for i in rest)

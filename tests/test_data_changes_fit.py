@@ -134,6 +134,7 @@ def test_the_dry_run_counts_what_the_resumed_run_trains(
     resumed = read(resume(runs, killed, name, n, *options))
     before = read(killed)
     assert planned["left"] == len(resumed[1])  # samples the interrupted epoch still reads
+    assert planned["trained"] == len(resumed[1])  # (no pad, nothing dropped: 1 process)
     assert planned["added"] == len([i for i in resumed[1] if i >= N])
     assert planned["removed"] == len(set(range(n, N)) - set(before[1]))
     assert planned["unread_old"] == len([i for i in resumed[1] if i < N])

@@ -22,6 +22,7 @@ from typing import Any
 
 from lightning_resumable_data.cli._errors import CliError
 from lightning_resumable_data.index.changes import DataChange
+from lightning_resumable_data.index.partition import samples_per_rank
 from lightning_resumable_data.samplers.data_changes import DataChangePolicy
 from lightning_resumable_data.state import StateMismatchError
 
@@ -35,7 +36,10 @@ __all__ = [
 
 
 def change_report(
-    sampler_state: Mapping[str, Any], new_length: int, policy: DataChangePolicy
+    sampler_state: Mapping[str, Any],
+    new_length: int,
+    policy: DataChangePolicy,
+    batch_size: int | None = None,
 ) -> dict[str, Any]:
     """The change a resume over ``new_length`` samples would record, with its counts.
 
@@ -79,9 +83,18 @@ def change_report(
         "removed": report.removed,
         "added": report.added,
         "left": report.left,
+        "trained": _trained(report.left, sampler, batch_size),
         "later_epochs": new_length,
         "text": report.describe(),
     }
+
+
+def _trained(left: int, sampler: Any, batch_size: int | None) -> int:
+    """Samples the saved layout trains of ``left``: pads in, a drop_last tail and batch out."""
+    per_rank = samples_per_rank(left, sampler.num_replicas, sampler.drop_last)
+    if sampler.drop_last and batch_size:  # the DataModule's loader drops a short batch too
+        per_rank -= per_rank % batch_size
+    return int(per_rank * sampler.num_replicas)
 
 
 def inspect_changes(args: Any) -> dict[str, Any]:
@@ -105,7 +118,11 @@ def checkpoint_changes(
     ]
     out: dict[str, Any] = {"recorded": recorded}
     if new_length is not None:
-        out["dry_run"] = change_report(sampler_state, new_length, policy)
+        batch_size = found.loader.get("batch_size")
+        try:
+            out["dry_run"] = change_report(sampler_state, new_length, policy, batch_size)
+        except CliError as refused:  # what the resume would say, as the report's answer
+            out["dry_run"] = {"new_length": new_length, "refused": refused.message}
     return out
 
 
@@ -124,6 +141,10 @@ def format_changes(found: Mapping[str, Any]) -> str:
     dry = found.get("dry_run")
     if dry is not None:
         text = dry.get("text") or f"The dataset has {dry['new_length']} samples: no change."
+        if "refused" in dry:
+            text = f"refused: {dry['refused']}"
+        elif "trained" in dry:
+            text += f" In the saved layout the resumed epoch trains {dry['trained']} samples."
         wrapped = textwrap.wrap(text, 87)
         lines += [f"{'dry run' if i == 0 else '':<13}{line}" for i, line in enumerate(wrapped)]
     return "\n".join(lines)

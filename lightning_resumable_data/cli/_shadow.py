@@ -131,7 +131,8 @@ class ShadowSampler(ChangedOrder):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """``DistributedSampler.load_state_dict`` (no rollback: a refused shadow is dropped)."""
         self.changes = loaded_changes(state_dict, self.KIND)
-        bound = self.epoch_length + sum(c.added for c in self.changes)
+        lengths = [self.epoch_length, *(c.old_length for c in self.changes)]
+        bound = max(lengths) + sum(c.added for c in self.changes)
         self.skips, self.quarantined = loaded_cuts(state_dict, bound, self.KIND)
         self._cuts = {}
         self.epoch, consumed = loaded_position(self, state_dict)

@@ -103,7 +103,7 @@ def _policy_hint(dm: ResumableDataModule, changed: list[str]) -> str:
         return ""
     return (
         " A dataset that grew or shrank, or a mixture source removed, resumes exactly with "
-        "data_changes=DataChangePolicy() (docs/changes.md)."
+        "ResumableDataModule(data_changes=DataChangePolicy()) (docs/changes.md)."
     )
 
 
@@ -144,11 +144,14 @@ def load_module_state(dm: ResumableDataModule, state_dict: dict[str, Any]) -> No
             describe_sources(a, b) if k == "sources" else f"{k}: saved {a!r}, now {b!r}"
             for k, (a, b) in changed.items()
         )
+        exact = _policy_hint(dm, list(changed))
         raise StateMismatchError(
             f"Cannot resume: the data configuration changed ({details}). The resumed run "
-            "would not see the batches the interrupted run would have seen. Restore the "
-            "saved configuration, or pass ResumableDataModule(allow_config_change=True) "
-            "to accept the change." + _policy_hint(dm, list(changed))
+            "would not see the batches the interrupted run would have seen."
+            + exact
+            + " Restore the saved configuration, or pass "
+            "ResumableDataModule(allow_config_change=True) to accept the change"
+            + (" without that exactness (samples may be replayed or skipped)." if exact else ".")
         )
     loader_state = state_dict.get("train_loader")
     dm._loader_state = dict(loader_state) if isinstance(loader_state, Mapping) else None

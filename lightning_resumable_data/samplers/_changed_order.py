@@ -27,6 +27,7 @@ from lightning_resumable_data.index.changes import (
     start_length,
 )
 from lightning_resumable_data.index.inverse import order_positions
+from lightning_resumable_data.index.partition import samples_per_rank
 from lightning_resumable_data.index.permutation import PermutationAlgorithm
 from lightning_resumable_data.index.skips import skipped, to_base
 from lightning_resumable_data.samplers._cut_order import CutOrder
@@ -58,6 +59,8 @@ class ChangedOrder(CutOrder):
     seed: int
     dataset_length: int
     rank: int
+    num_replicas: int
+    drop_last: bool
     changes: list[DataChange]
     data_changes: DataChangePolicy | None
     last_change: ChangeReport | None
@@ -142,11 +145,16 @@ class ChangedOrder(CutOrder):
         self._cuts.clear()
         left = self.base_length(epoch) - skipped(self.cuts(epoch)) - consumed
         if change.position == 0:  # the epoch reads the new data's order from its start
-            report = ChangeReport(change, unread, unread, left)
+            counts = (unread, unread, left)
         else:
-            report = ChangeReport(change, unread, unread + change.added - left, change.added)
+            counts = (unread, unread + change.added - left, change.added)
+        dropped = left - samples_per_rank(left, self.num_replicas, self.drop_last) * (
+            self.num_replicas
+        )
+        report = ChangeReport(change, *counts, consumed, max(0, dropped))
+        logged = report == self.last_change  # Lightning loads a state twice: said once
         self.last_change = report
-        if self.rank == 0:
+        if self.rank == 0 and not logged:
             _log.info(report.describe())
 
 

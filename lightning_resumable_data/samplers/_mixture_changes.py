@@ -117,8 +117,9 @@ def apply_reweight(sampler: MixtureSampler, wanted: dict[str, Any]) -> None:
         "left_before": dict(zip(names, left_before.tolist(), strict=True)),
         "left_after": dict(zip(names, left_after.tolist(), strict=True)),
     }
+    logged = report == sampler.last_reweight  # Lightning loads a state twice: said once
     sampler.last_reweight = report
-    if sampler.rank == 0:
+    if sampler.rank == 0 and not logged:
         _log.info(describe_reweight(report))
 
 
@@ -129,8 +130,11 @@ def describe_reweight(report: Mapping[str, Any]) -> str:
         f"({report['left_before'][name]} -> {report['left_after'][name]} draws left)"
         for name in report["after"]
     ]
+    removed = [n for n, p in report["after"].items() if p == 0 and report["before"][n] > 0]
+    gone = f" (removed or weighing 0 now: {', '.join(removed)})" if removed else ""
     return (
-        f"The mixture's weights changed since the checkpoint; from epoch {report['epoch']}, "
-        f"sample {report['position']} on: " + ", ".join(parts) + ". Draws a source no longer "
-        "makes in this epoch are not made; nothing drawn is repeated."
+        f"The mixture's weights changed since the checkpoint{gone}; from epoch "
+        f"{report['epoch']}, sample {report['position']} on: " + ", ".join(parts) + ". Draws "
+        "a source no longer makes in this epoch are not made; each source is still read in "
+        "whole passes, a sample repeated only by the next pass."
     )

@@ -87,10 +87,12 @@ class ChangeReport:
     unread_before: int  # samples the epoch had left to read under the old data
     removed: int  # of those, left out by the change
     added: int  # new samples appended to this epoch
+    consumed: int = 0  # samples of the epoch read before the resume
+    dropped: int = 0  # of those left, the tail drop_last leaves out in the resume's layout
 
     @property
     def left(self) -> int:
-        """Samples the epoch reads from the resume on."""
+        """Samples of the epoch's order left from the resume on (before ``dropped``)."""
         return self.unread_before - self.removed + self.added
 
     def describe(self) -> str:
@@ -103,14 +105,21 @@ class ChangeReport:
             if c.new_length < c.old_length
             else f"was replaced ({c.new_length} samples)"
         )
-        later = f"epochs after {c.epoch} read all {c.new_length}."
+        later = f"epochs after {c.epoch} read the {c.new_length} samples."
         if c.position == 0:
-            return f"The training data {what}; epoch {c.epoch} and later read all {c.new_length}."
+            return f"The training data {what}; epoch {c.epoch} and later read the new data."
+        tail = (
+            f" With drop_last, the last {self.dropped} of them, which do not fill a step, are "
+            "dropped, as at any epoch's end."
+            if self.dropped
+            else ""
+        )
         return (
-            f"The training data {what} since the checkpoint (epoch {c.epoch}, sample "
-            f"{c.position} of its order). Epoch {c.epoch} now reads its "
+            f"The training data {what} since the checkpoint (epoch {c.epoch}, after "
+            f"{self.consumed} samples of it). Epoch {c.epoch} now reads its "
             f"{self.unread_before - self.removed} unread old samples, leaves out "
             f"{self.removed} removed ones and adds {self.added} new ones, each once; {later}"
+            f"{tail}"
         )
 
 
@@ -142,7 +151,7 @@ def decide_change(
         kind_of = "grown"
         allowed = policy is not None and policy.grown != "refuse"
         reason = f"{prefix} grew from {old_length} to {new_length} samples"
-        option = "DataChangePolicy(grown='this_epoch' or 'next_epoch')"
+        option = "DataChangePolicy(grown='this_epoch') (or grown='next_epoch')"
         late = policy is not None and policy.grown == "next_epoch"
         added, removed_from = (old_length, old_length if late else new_length), old_length
     else:
@@ -155,9 +164,9 @@ def decide_change(
         raise StateMismatchError(
             f"{reason}, and the {kind_of} data is refused"
             + (" (no DataChangePolicy)" if policy is None else f" ({policy!r})")
-            + ". Resuming would replay or skip samples. Restore the saved data, or accept the "
-            f"change with data_changes={option} (ResumableDataModule(data_changes=...), or "
-            "the sampler's data_changes attribute)."
+            + ". Restore the saved data, or accept the change with "
+            f"data_changes={option} (ResumableDataModule(data_changes=...) or the sampler's "
+            "data_changes attribute; docs/changes.md)."
         )
     if position == 0:
         return DataChange(epoch, 0, old_length, new_length, new_length, new_length, new_length)

@@ -323,7 +323,8 @@ class DistributedSampler(ChangedOrder, torch.utils.data.DistributedSampler[int])
             changed = length != self.dataset_length or bool(changed_files)
             if changed:  # the saved data's length, while its position is checked
                 self.epoch_length = length
-            bound = self.epoch_length + sum(c.added for c in self.changes)
+            lengths = [self.epoch_length, *(c.old_length for c in self.changes)]
+            bound = max(lengths) + sum(c.added for c in self.changes)  # indices ever read
             self.skips, self.quarantined = loaded_cuts(state_dict, bound, self.KIND)
             self._cuts = {}
             fingerprint = {**self.fingerprint, "dataset_length": length} if changed else None
