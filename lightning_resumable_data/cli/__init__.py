@@ -250,19 +250,21 @@ def _run(args: argparse.Namespace) -> int:
         print(json.dumps(traced, indent=2) if args.json else format_trace(traced))
         return 0
     if args.command == "inspect":
+        from lightning_resumable_data.cli._change_report import format_changes
         from lightning_resumable_data.cli.checkpoint import format_inspect, inspect
+        from lightning_resumable_data.samplers.data_changes import DataChangePolicy
 
         report = inspect(
-            args.checkpoint, args.world_size, args.batch_size, unsafe_unpickle=args.unsafe_unpickle
+            args.checkpoint,
+            args.world_size,
+            args.batch_size,
+            unsafe_unpickle=args.unsafe_unpickle,
+            dataset_length=args.dataset_length,
+            policy=DataChangePolicy(grown=args.grown, shrunk=args.shrunk),
         )
-        from lightning_resumable_data.cli._change_report import format_changes, inspect_changes
-
-        changes = inspect_changes(args)
-        if changes["recorded"] or "dry_run" in changes:
-            report["data_changes"] = changes
         print(json.dumps(report, indent=2) if args.json else format_inspect(report))
         if not args.json and "data_changes" in report:
-            print(format_changes(changes))
+            print(format_changes(report["data_changes"]))
         return 0
     from lightning_resumable_data.cli.plan import format_plan, load_config, make_plan
 

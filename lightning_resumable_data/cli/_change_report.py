@@ -17,22 +17,16 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from lightning_resumable_data.cli._errors import CliError
+from lightning_resumable_data.cli._reading import DataState
 from lightning_resumable_data.index.changes import DataChange
 from lightning_resumable_data.index.partition import samples_per_rank
 from lightning_resumable_data.samplers.data_changes import DataChangePolicy
 from lightning_resumable_data.state import StateMismatchError
 
-__all__ = [
-    "change_report",
-    "changed_epoch_length",
-    "checkpoint_changes",
-    "format_changes",
-    "inspect_changes",
-]
+__all__ = ["change_report", "changed_epoch_length", "format_changes", "found_changes"]
 
 
 def change_report(
@@ -97,21 +91,13 @@ def _trained(left: int, sampler: Any, batch_size: int | None) -> int:
     return int(per_rank * sampler.num_replicas)
 
 
-def inspect_changes(args: Any) -> dict[str, Any]:
-    """``lrd inspect``'s recorded data changes and, with ``--dataset-length``, the dry run."""
-    policy = DataChangePolicy(grown=args.grown, shrunk=args.shrunk)
-    path, unsafe = args.checkpoint, args.unsafe_unpickle
-    return checkpoint_changes(path, args.dataset_length, policy, unsafe_unpickle=unsafe)
+def found_changes(
+    found: DataState, new_length: int | None, policy: DataChangePolicy | None
+) -> dict[str, Any] | None:
+    """The changes a checkpoint records, and the dry run of one more to ``new_length``.
 
-
-def checkpoint_changes(
-    path: Path, new_length: int | None, policy: DataChangePolicy, *, unsafe_unpickle: bool
-) -> dict[str, Any]:
-    """The changes a checkpoint records and, with ``new_length``, the dry run of one more."""
-    from lightning_resumable_data.cli._reading import find_data_state, load_checkpoint
-
-    loaded = load_checkpoint(path, unsafe_unpickle=unsafe_unpickle, placeholders=True)
-    found = find_data_state(loaded, str(path))
+    ``policy`` ``None`` is the default policy; the answer is ``None`` when there is neither.
+    """
     sampler_state = found.loader.get("sampler") or {}
     recorded = [
         dict(zip(_FIELDS, entry, strict=True)) for entry in sampler_state.get("changes") or []
@@ -119,11 +105,12 @@ def checkpoint_changes(
     out: dict[str, Any] = {"recorded": recorded}
     if new_length is not None:
         batch_size = found.loader.get("batch_size")
+        chosen = DataChangePolicy() if policy is None else policy
         try:
-            out["dry_run"] = change_report(sampler_state, new_length, policy, batch_size)
+            out["dry_run"] = change_report(sampler_state, new_length, chosen, batch_size)
         except CliError as refused:  # what the resume would say, as the report's answer
             out["dry_run"] = {"new_length": new_length, "refused": refused.message}
-    return out
+    return out if recorded or "dry_run" in out else None
 
 
 _FIELDS = DataChange._fields

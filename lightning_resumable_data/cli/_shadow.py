@@ -38,7 +38,11 @@ from lightning_resumable_data.samplers._arguments import (
 )
 from lightning_resumable_data.samplers._changed_order import ChangedOrder
 from lightning_resumable_data.samplers._cuts import Quarantine
-from lightning_resumable_data.samplers._distributed_state import loaded_cuts, loaded_position
+from lightning_resumable_data.samplers._distributed_state import (
+    loaded_cuts,
+    loaded_position,
+    order_fingerprint,
+)
 from lightning_resumable_data.samplers._mixture_config import (
     MixtureConfig,
     SourceSizes,
@@ -100,13 +104,7 @@ class ShadowSampler(ChangedOrder):
     @property
     def fingerprint(self) -> dict[str, Any]:
         """``DistributedSampler.fingerprint``."""
-        return {
-            "dataset_length": self.dataset_length,
-            "seed": self.seed,
-            "shuffle": self.shuffle,
-            "algorithm": self.algorithm,
-            "drop_last": self.drop_last,
-        }
+        return order_fingerprint(self)
 
     @property
     def consumed(self) -> int:

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from lightning_resumable_data.cli._change_report import changed_epoch_length
+from lightning_resumable_data.cli._change_report import changed_epoch_length, found_changes
 from lightning_resumable_data.cli._dryrun import mixture_counts
 from lightning_resumable_data.cli._errors import CliError
 from lightning_resumable_data.cli._format import phase_start
@@ -32,6 +32,7 @@ from lightning_resumable_data.cli._resume_report import resume_report
 from lightning_resumable_data.cli._shadow_run import shadow_counts
 from lightning_resumable_data.index.mixture import mixture_probabilities
 from lightning_resumable_data.lightning.history import DataHistory
+from lightning_resumable_data.samplers.data_changes import DataChangePolicy
 from lightning_resumable_data.samplers.schedule import entry_key
 
 __all__ = ["DataState", "find_data_state", "format_inspect", "inspect", "load_checkpoint"]
@@ -161,8 +162,13 @@ def inspect(
     batch_size: int | None = None,
     *,
     unsafe_unpickle: bool = False,
+    dataset_length: int | None = None,
+    policy: DataChangePolicy | None = None,
 ) -> dict[str, Any]:
     """Everything ``lrd inspect`` shows, as a JSON-serialisable dict.
+
+    With ``dataset_length``, ``data_changes.dry_run`` says what a resume over that many
+    samples would do under ``policy`` (default ``DataChangePolicy()``).
 
     The file is read as ``weights_only=True`` reads it, tensors as placeholders, unless
     ``unsafe_unpickle`` (see :func:`~lightning_resumable_data.cli._reading.load_checkpoint`).
@@ -174,7 +180,8 @@ def inspect(
     checkpoint = load_checkpoint(path, unsafe_unpickle=unsafe_unpickle, placeholders=True)
     found = find_data_state(checkpoint, str(path))
     try:
-        return _report(path, checkpoint, found, world_size, batch_size)
+        report = _report(path, checkpoint, found, world_size, batch_size)
+        changes = found_changes(found, dataset_length, policy)
     except (KeyError, TypeError, ValueError, IndexError) as error:
         raise CliError(
             f"the data state at {found.where} in {path} is malformed "
@@ -182,6 +189,9 @@ def inspect(
             hint="the checkpoint is truncated, edited, or was written by an incompatible "
             "version of lightning-resumable-data.",
         ) from None
+    if changes is not None:
+        report["data_changes"] = changes
+    return report
 
 
 def _history_report(found: DataState) -> dict[str, Any] | None:

@@ -9,9 +9,10 @@ a new change at a resume (see :mod:`~lightning_resumable_data.index.changes`).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -38,7 +39,6 @@ from lightning_resumable_data.samplers.data_changes import (
     DataChangePolicy,
     decide_change,
 )
-from lightning_resumable_data.state import StateMismatchError
 
 __all__ = ["ChangedOrder"]
 
@@ -52,8 +52,6 @@ class ChangedOrder(CutOrder):
     ``rank`` besides what :class:`CutOrder` needs.
     """
 
-    #: Why this sampler cannot follow changed data ("" if it can), for the error.
-    CHANGES: ClassVar[str] = ""
     shuffle: bool
     algorithm: PermutationAlgorithm
     seed: int
@@ -72,7 +70,7 @@ class ChangedOrder(CutOrder):
 
     def segments(self, epoch: int) -> list[Segment]:
         """``epoch``'s base order: its usual order, then what changes appended."""
-        return epoch_segments(self.changes, epoch, self.start_length(epoch), self.seed)
+        return _segments(tuple(self.changes), epoch, self.start_length(epoch), self.seed)
 
     def base_length(self, epoch: int) -> int:
         """Positions of ``epoch``'s base order (its cuts not taken off)."""
@@ -128,8 +126,7 @@ class ChangedOrder(CutOrder):
         under the new data (the same samples are behind it, and what is cut comes after).
 
         Raises:
-            StateMismatchError: The policy refuses the change, or ``CHANGES`` says this
-                sampler cannot follow one.
+            StateMismatchError: The policy refuses the change.
         """
         cuts = self.cuts(epoch)
         unread = self.base_length(epoch) - skipped(cuts) - consumed
@@ -139,8 +136,6 @@ class ChangedOrder(CutOrder):
         self.epoch_length = self.dataset_length
         if change is None:
             return
-        if self.CHANGES:
-            raise_cannot(kind, self.CHANGES)
         self.changes.append(change)
         self._cuts.clear()
         left = self.base_length(epoch) - skipped(self.cuts(epoch)) - consumed
@@ -158,9 +153,9 @@ class ChangedOrder(CutOrder):
             _log.info(report.describe())
 
 
-def raise_cannot(kind: str, why: str) -> None:
-    """Refuse a data change in a sampler that cannot follow one."""
-    raise StateMismatchError(
-        f"Cannot load this state into {kind}: its dataset changed since the checkpoint, and a "
-        f"{kind} cannot follow changed data yet ({why}). Restore the saved data."
-    )
+@functools.lru_cache(maxsize=64)
+def _segments(
+    changes: tuple[DataChange, ...], epoch: int, first_length: int, seed: int
+) -> list[Segment]:
+    """:func:`epoch_segments`, cached: a loader asks for the epoch's size at every batch."""
+    return epoch_segments(changes, epoch, first_length, seed)

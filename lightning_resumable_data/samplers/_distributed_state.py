@@ -25,6 +25,7 @@ __all__ = [
     "epoch_position",
     "loaded_cuts",
     "loaded_position",
+    "order_fingerprint",
     "position_state",
     "saved_data",
 ]
@@ -82,6 +83,17 @@ class PositionOwner(Protocol):
         """Positions of an epoch's order that are read."""
 
 
+def order_fingerprint(owner: Any) -> dict[str, Any]:
+    """A single dataset's fingerprint: what its epoch order depends on besides the epoch."""
+    return {
+        "dataset_length": owner.dataset_length,
+        "seed": owner.seed,
+        "shuffle": owner.shuffle,
+        "algorithm": owner.algorithm,
+        "drop_last": owner.drop_last,
+    }
+
+
 def position_state(owner: PositionOwner, epoch: int, consumed: int) -> dict[str, Any]:
     """The state after ``consumed`` global samples of ``epoch``, with the fingerprint and pins.
 
@@ -122,14 +134,14 @@ def position_state(owner: PositionOwner, epoch: int, consumed: int) -> dict[str,
 def saved_data(owner: Any, state_dict: object) -> tuple[int, list[str]]:
     """The saved dataset's length and the pinned files that changed, if ``owner`` may follow.
 
-    Without a policy (``owner.data_changes`` is ``None``) or for a sampler that cannot follow
-    changed data, or when anything but the length differs in the fingerprint, it is the
-    length now and no file: the usual checks then refuse what changed.
+    Without a policy (``owner.data_changes`` is ``None``), or when anything but the length
+    differs in the fingerprint (a mixture's or sharded sampler's holds more than a length),
+    it is the length now and no file: the usual checks then refuse what changed.
     """
     now = owner.dataset_length
     state = state_dict if isinstance(state_dict, Mapping) else {}
     saved = state.get("fingerprint")
-    if owner.data_changes is None or owner.CHANGES or not isinstance(saved, Mapping):
+    if owner.data_changes is None or not isinstance(saved, Mapping):
         return now, []
     length = saved.get("dataset_length")
     others = {k: v for k, v in saved.items() if k != "dataset_length"}

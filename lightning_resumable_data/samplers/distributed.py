@@ -36,6 +36,7 @@ from lightning_resumable_data.samplers._distributed_state import (
     epoch_position,
     loaded_cuts,
     loaded_position,
+    order_fingerprint,
     position_state,
     saved_data,
 )
@@ -139,13 +140,7 @@ class DistributedSampler(ChangedOrder, torch.utils.data.DistributedSampler[int])
     @property
     def fingerprint(self) -> dict[str, Any]:
         """Everything the epoch's order depends on (apart from the epoch)."""
-        return {
-            "dataset_length": self.dataset_length,
-            "seed": self.seed,
-            "shuffle": self.shuffle,
-            "algorithm": self.algorithm,
-            "drop_last": self.drop_last,
-        }
+        return order_fingerprint(self)
 
     @property
     def consumed(self) -> int:
