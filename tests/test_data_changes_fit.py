@@ -224,6 +224,48 @@ def test_a_removed_source_weighs_zero_from_the_resume_on(
     assert ledger(again).stream() == expected
 
 
+@pytest.fixture(scope="module")
+def killed_two_sources(runs: Runs) -> Path:
+    """The mixture without math (web 0.5, code 0.3; 64 a epoch) SIGKILLed at step 20."""
+    out = runs.root / "killed-two-sources"
+    out.mkdir()
+    args = ["--out", str(out), "--mixture", "--drop-source", "math", "--kill", str(KILL)]
+    outcome = runs.server.run(args, out / "log.txt")
+    assert outcome.rc == -9, outcome.tail()
+    return out
+
+
+@pytest.mark.parametrize("devices", [1, 2])
+def test_an_added_source_draws_from_the_resume_on(
+    runs: Runs, killed_two_sources: Path, devices: int
+) -> None:
+    ckpt = killed_two_sources / "ckpt" / f"step={KILL}.ckpt"
+    args = ["--ckpt", str(ckpt), "--mixture"]  # math is back, weighing 0.2
+    after = runs.run(runs.root / f"added-{devices}", [*args, "--devices", str(devices)])
+    before, resumed = read(killed_two_sources), read(after)
+    math = [i for i in resumed[1] if i >= 56]
+    assert not [i for i in before[1] if i >= 56]
+    assert math
+    assert_whole_passes(before[1] + resumed[1], SOURCES)  # nothing skipped or repeated
+    assert len(before[1]) + len(resumed[1]) == 64  # the epoch keeps its budget
+    assert_whole_passes(resumed[2], SOURCES)
+    assert len([i for i in resumed[2] if i >= 56]) == round(0.2 * 64)  # exact counts
+    again = runs.run(  # a second resume, from a checkpoint after the addition, replays it
+        runs.root / f"added-again-{devices}",
+        ["--ckpt", str(after / "ckpt" / f"step={KILL + 2}.ckpt"), *args[2:]],
+    )
+    expected = ledger(after).stream()[len(ledger(after).cut(KILL + 2).stream()) :]
+    assert ledger(again).stream() == expected
+    if devices == 1:  # lrd inspect (its own reader) counts the draws as the run made them
+        report: Any = inspect(after / "ckpt" / f"step={KILL + 2}.ckpt")
+        read_in_1 = before[1] + ledger(after).cut(KILL + 2).stream()
+        counts = {n: sum(f <= i < f + s for i in read_in_1) for n, (f, s) in SOURCES.items()}
+        assert report["mixture"]["drawn"] == counts, report
+        assert report["data_changes"]["sources_added"] == [
+            {"epoch": 1, "position": 16, "sources": ["math"]}
+        ]
+
+
 def test_replaced_files_are_refused_by_default_and_reread_by_option(runs: Runs) -> None:
     out = runs.root / "killed-pinned"
     out.mkdir()

@@ -26,7 +26,13 @@ from lightning_resumable_data.index.partition import samples_per_rank
 from lightning_resumable_data.samplers.data_changes import DataChangePolicy
 from lightning_resumable_data.state import StateMismatchError
 
-__all__ = ["change_report", "changed_epoch_length", "format_changes", "found_changes"]
+__all__ = [
+    "change_report",
+    "changed_epoch_length",
+    "format_changes",
+    "found_changes",
+    "sources_added",
+]
 
 
 def change_report(
@@ -103,6 +109,9 @@ def found_changes(
         dict(zip(_FIELDS, entry, strict=True)) for entry in sampler_state.get("changes") or []
     ]
     out: dict[str, Any] = {"recorded": recorded}
+    added = sources_added(sampler_state)
+    if added:
+        out["sources_added"] = added
     if new_length is not None:
         batch_size = found.loader.get("batch_size")
         chosen = DataChangePolicy() if policy is None else policy
@@ -110,10 +119,29 @@ def found_changes(
             out["dry_run"] = change_report(sampler_state, new_length, chosen, batch_size)
         except CliError as refused:  # what the resume would say, as the report's answer
             out["dry_run"] = {"new_length": new_length, "refused": refused.message}
-    return out if recorded or "dry_run" in out else None
+    return out if recorded or added or "dry_run" in out else None
 
 
 _FIELDS = DataChange._fields
+
+
+def sources_added(sampler_state: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A mixture's recorded additions: where each took effect and the sources it added.
+
+    Example:
+        >>> state = {"fingerprint": {"sources": ["web", "math"]}, "sources_added": [[1, 16, 1]]}
+        >>> sources_added(state)
+        [{'epoch': 1, 'position': 16, 'sources': ['math']}]
+    """
+    names = (sampler_state.get("fingerprint") or {}).get("sources") or []
+    recorded = sampler_state.get("sources_added") or []
+    if not isinstance(recorded, list) or not isinstance(names, list):
+        return []
+    ends = [entry[2] for entry in recorded[1:]] + [len(names)]
+    return [
+        {"epoch": epoch, "position": position, "sources": names[before:end]}
+        for (epoch, position, before), end in zip(recorded, ends, strict=True)
+    ]
 
 
 def format_changes(found: Mapping[str, Any]) -> str:
@@ -124,6 +152,11 @@ def format_changes(found: Mapping[str, Any]) -> str:
             f"data change  epoch {change['epoch']} at sample {change['position']}: "
             f"{change['old_length']} -> {change['new_length']} samples "
             f"({change['added_stop'] - change['added_start']} added to that epoch)"
+        )
+    for added in found.get("sources_added", []):
+        lines.append(
+            f"data change  epoch {added['epoch']} at sample {added['position']}: "
+            f"sources added to the mixture: {', '.join(added['sources'])}"
         )
     dry = found.get("dry_run")
     if dry is not None:

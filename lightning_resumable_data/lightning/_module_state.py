@@ -88,6 +88,19 @@ def _removed(
     return {str(name): int(size) for name, size in saved.items()}
 
 
+def _added(dm: ResumableDataModule, saved: object, now: Mapping[str, int]) -> bool:
+    """Whether ``now`` is the saved mixture's sources with more appended (the sampler adds them)."""
+    policy = getattr(dm, "data_changes", None)
+    if policy is None or policy.sources != "at_resume" or not isinstance(saved, Mapping):
+        return False
+    if dm.phases or "" in saved:  # the phases weigh every source: refused as a change
+        return False
+    kept = list(now)[: len(saved)]
+    return (
+        0 < len(saved) < len(now) and kept == list(saved) and all(saved[n] == now[n] for n in kept)
+    )
+
+
 def mixture_sources(dm: ResumableDataModule) -> dict[str, Any]:
     """``dm``'s training sources, with a placeholder for each one removed since a checkpoint."""
     current: Mapping[str, Any] = dm.train_dataset  # type: ignore[assignment]
@@ -102,7 +115,8 @@ def _policy_hint(dm: ResumableDataModule, changed: list[str]) -> str:
     if changed != ["sources"] or getattr(dm, "data_changes", 0) is not None:
         return ""
     return (
-        " A dataset that grew or shrank, or a mixture source removed, resumes exactly with "
+        " A dataset that grew or shrank, or a mixture source added or removed, resumes "
+        "exactly with "
         "ResumableDataModule(data_changes=DataChangePolicy()) (docs/changes.md)."
     )
 
@@ -128,6 +142,8 @@ def load_module_state(dm: ResumableDataModule, state_dict: dict[str, Any]) -> No
     }
     if _followed(dm, saved.get("sources"), now["sources"]):
         changed.pop("sources", None)  # the sampler records the change (DataChangePolicy)
+    if _added(dm, saved.get("sources"), now["sources"]):
+        changed.pop("sources", None)  # the sampler records the addition (DataChangePolicy)
     removed = _removed(dm, saved.get("sources"), now["sources"])
     if removed is not None:  # kept in place, weighing 0 from the resume on
         dm._removed_sources = removed

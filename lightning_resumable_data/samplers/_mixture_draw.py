@@ -52,8 +52,29 @@ class Segment:
     stop: int
     counts: NDArray[np.int64]  # samples per source over the planned length
     key: tuple[int, int, int]
-    arrangement: Arrangement
+    arrangement: Arrangement | _Prefix
     drawn: NDArray[np.int64]  # draws of each source in the epoch's positions [0, start)
+
+
+class _Prefix:
+    """An arrangement of the first sources of a mixture that got more sources later.
+
+    The positions keep the arrangement they had over the sources of their time; the
+    counts list a 0 for each source appended since.
+    """
+
+    def __init__(self, inner: Arrangement, sources: int) -> None:
+        self.inner, self.sources = inner, sources
+
+    def locate(self, positions: NDArray[np.integer]) -> tuple[NDArray[np.int16], NDArray[np.int64]]:
+        """The inner arrangement's sources and draw numbers."""
+        return self.inner.locate(positions)
+
+    def counts_before(self, position: int) -> NDArray[np.int64]:
+        """Each source's count before ``position``, 0 for the sources appended since."""
+        counts = np.zeros(self.sources, dtype=np.int64)
+        counts[: len(self.inner.counts)] = self.inner.counts_before(position)
+        return counts
 
 
 def make_segment(
@@ -63,18 +84,24 @@ def make_segment(
     stop: int,
     drawn: NDArray[np.int64],
     planned_end: int,
+    sources: int | None = None,
 ) -> Segment:
     """The segment of schedule ``entry`` in ``epoch``, read up to ``stop``.
 
     It is planned up to ``planned_end`` (the next declared change) unless its entry
-    pinned another end (``plan_end``).
+    pinned another end (``plan_end``). It is arranged over the first ``sources`` sources
+    (default: all; fewer where sources were appended later and weigh 0 here).
     """
     start = entry["position"] if entry["epoch"] == epoch else 0
     frozen = entry["plan_end"] is not None and entry["epoch"] == epoch
     end = entry["plan_end"] if frozen else planned_end
     probs = mixture_probabilities(entry["weights"], entry["temperature"])
     counts = target_counts(probs, end - start)
-    layout = arrangement(counts, seed, (epoch, start, end))
+    layout: Arrangement | _Prefix = arrangement(counts, seed, (epoch, start, end))
+    if sources is not None and sources < len(counts):
+        if counts[sources:].any():
+            raise ValueError(f"sources appended at a resume weigh > 0 before it: {counts}")
+        layout = _Prefix(arrangement(counts[:sources], seed, (epoch, start, end)), len(counts))
     return Segment(start, stop, counts, (epoch, start, end), layout, drawn)
 
 

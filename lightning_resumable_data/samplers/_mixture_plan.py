@@ -19,6 +19,7 @@ from numpy.typing import NDArray
 
 from lightning_resumable_data.index.mixture import mixture_probabilities
 from lightning_resumable_data.samplers._arguments import check_non_negative_int
+from lightning_resumable_data.samplers._mixture_added import Added, check_added, sources_at
 from lightning_resumable_data.samplers._mixture_config import MixtureConfig, Weights
 from lightning_resumable_data.samplers._mixture_draw import Segment, handed_on, make_segment
 from lightning_resumable_data.samplers.schedule import carried, entry_key
@@ -57,6 +58,15 @@ class MixturePlan:
         self.schedule: list[dict[str, Any]] = [first]
         self.plans: dict[int, list[Segment]] = {}
         self.anchor: Anchor | None = None  # a loaded epoch's plan starts here (see segments)
+        self.added: Added = []  # sources appended at a resume (_mixture_added)
+
+    def _segment(
+        self, epoch: int, entry: dict[str, Any], stop: int, drawn: Any, planned_end: int
+    ) -> Segment:
+        """:func:`make_segment`, over the sources that existed where the segment starts."""
+        start = entry["position"] if entry["epoch"] == epoch else 0
+        sources = sources_at(self.added, epoch, start, len(self.config.mixture.names))
+        return make_segment(self.config.seed, epoch, entry, stop, drawn, planned_end, sources)
 
     def governing(self, epoch: int, position: int) -> int:
         """Index of the entry in force at ``position`` of ``epoch`` (-1: none)."""
@@ -164,7 +174,7 @@ class MixturePlan:
         plan = self.plans.get(epoch)
         if plan is not None and plan[0].start <= at:
             return plan
-        length, seed = self.config.epoch_length, self.config.seed
+        length = self.config.epoch_length
         first = self.governing(epoch, 0)
         drawn = np.zeros(len(self.config.mixture.names), dtype=np.int64)
         anchor = self.anchor
@@ -183,7 +193,7 @@ class MixturePlan:
         plan = []
         for i, entry in enumerate(entries):
             stop = entries[i + 1]["position"] if i + 1 < len(entries) else length
-            plan.append(make_segment(seed, epoch, entry, stop, drawn, planned[i]))
+            plan.append(self._segment(epoch, entry, stop, drawn, planned[i]))
             drawn = handed_on(plan[-1])
         self.plans = {epoch: plan}
         return plan
@@ -207,7 +217,7 @@ class MixturePlan:
             return
         plan[-1].stop = entry["position"]
         drawn = handed_on(plan[-1])
-        plan.append(make_segment(self.config.seed, epoch, entry, length, drawn, length))
+        plan.append(self._segment(epoch, entry, length, drawn, length))
 
     def counts(self, epoch: int, consumed: int) -> NDArray[np.int64]:
         """Draws of each source in positions ``[0, consumed)`` of ``epoch``: one segment's."""
@@ -239,12 +249,13 @@ class MixturePlan:
         ``load_position`` loads the rest of ``state``; if it or the anchor is refused, the
         schedule in force before is restored.
         """
-        previous, self.schedule = self.schedule, schedule
+        previous, self.schedule = (self.schedule, self.added), schedule
         try:
+            self.added = check_added(state, len(self.config.mixture.names), kind)
             anchor = self.load_anchor(state, kind)  # builds the plan from the anchor on
             load_position(state)
         except BaseException:
-            self.schedule = previous
+            self.schedule, self.added = previous
             self.plans.clear()
             raise
         self.anchor = anchor

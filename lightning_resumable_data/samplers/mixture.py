@@ -17,6 +17,7 @@ from numpy.typing import NDArray
 from lightning_resumable_data.datasets.mixture import MixtureDataset, check_mixture
 from lightning_resumable_data.samplers._arguments import check_key_seed, check_non_negative_int
 from lightning_resumable_data.samplers._chunks import BatchCount, ChunkStream
+from lightning_resumable_data.samplers._mixture_added import with_added_sources
 from lightning_resumable_data.samplers._mixture_changes import reweighted
 from lightning_resumable_data.samplers._mixture_config import (
     ORDER,
@@ -69,7 +70,9 @@ class MixtureSampler(DistributedSampler):
     law, :data:`ORDER`), plus ``schedule``: the list of changes, each ``{"epoch",
     "position", "weights", "temperature", "plan_end", "kind"}``, ``source_counts``, and
     ``segment``: the start and per-source draws before the segment holding the position
-    (absent in its epoch's first segment), so a resume plans the epoch from there, not 0.
+    (absent in its epoch's first segment), so a resume plans the epoch from there, not 0;
+    ``sources_added`` (only after sources were appended at a resume): each addition's
+    ``[epoch, position, sources before]``.
 
     Args:
         dataset: The :class:`MixtureDataset`.
@@ -279,6 +282,8 @@ class MixtureSampler(DistributedSampler):
         segment = self._plan.anchor_state(epoch, consumed)
         if segment is not None:
             state["segment"] = segment
+        if self._plan.added:
+            state["sources_added"] = [list(a) for a in self._plan.added]
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -291,6 +296,7 @@ class MixtureSampler(DistributedSampler):
         """
         # Everything is checked before anything changes: version and kind first, then the
         # schedule, then the position (by the base class, which validates before it sets).
+        state_dict = with_added_sources(self, state_dict)  # type: ignore[assignment]
         with reweighted(self, state_dict):  # other weights a DataChangePolicy accepts
             check_mixture_state(state_dict, self.KIND, self.fingerprint)
             checked = check_schedule(self, state_dict.get("schedule"))

@@ -1,0 +1,176 @@
+"""A source appended to a mixture between a checkpoint and its resume (``DataChangePolicy``).
+
+The state of a mixture of the first sources loads into a sampler of more sources: the
+positions read keep their draws, the new sources draw from the resume position on with the
+weights the sampler was built with, every source is still read in whole passes (nothing
+skipped or repeated within a pass), on any world size before and after, and a later resume
+from a checkpoint written after the addition replays it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lightning_resumable_data import (
+    DataChangePolicy,
+    MixtureDataset,
+    MixtureSampler,
+    StateMismatchError,
+)
+
+SIZES = {"web": 50, "code": 30, "math": 20, "books": 7}
+BUDGET = 90
+POLICY = DataChangePolicy()
+
+
+def group(
+    count: int,
+    weights: list[float],
+    world: int,
+    policy: DataChangePolicy | None = POLICY,
+    budget: int = BUDGET,
+) -> list[MixtureSampler]:
+    """Samplers over the first ``count`` sources, one per rank."""
+    mix = MixtureDataset({n: range(s) for n, s in list(SIZES.items())[:count]})
+    made = [
+        MixtureSampler(mix, weights[:count], world, rank, seed=7, samples_per_epoch=budget)
+        for rank in range(world)
+    ]
+    for sampler in made:
+        sampler.data_changes = policy
+    return made
+
+
+def read(
+    samplers: list[MixtureSampler], state: dict[str, Any] | None, steps: int | None
+) -> tuple[list[int], dict[str, Any]]:
+    """The global stream of ``steps`` steps of a sample per rank (``None``: all), the state."""
+    for sampler in samplers:
+        if state is not None:
+            sampler.load_state_dict(state)
+    iterators = [iter(s) for s in samplers]
+    stream: list[int] = []
+    while steps is None or steps > 0:
+        try:
+            stream += [next(it) for it in iterators]
+        except StopIteration:
+            break
+        steps = None if steps is None else steps - 1
+    first = samplers[0]
+    return stream, first.state_at(first.epoch, min(first.consumed, first.epoch_size()))
+
+
+def assert_whole_passes(ids: list[int], count: int) -> None:
+    """Each of the first ``count`` sources is read as passes: once per pass, +1 if reached."""
+    drawn, first = Counter(ids), 0
+    for size in list(SIZES.values())[:count]:
+        mine = [drawn[i] for i in range(first, first + size)]
+        passes = sum(mine) // size
+        assert all(passes <= n <= passes + 1 for n in mine), mine
+        assert sum(n > passes for n in mine) == sum(mine) % size
+        first += size
+
+
+weights = st.lists(st.floats(0.0, 5.0), min_size=4, max_size=4).filter(
+    lambda w: sum(w[:2]) > 0.1 and all(x == 0 or x > 1e-3 for x in w)
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(weights, st.integers(1, 3), st.integers(1, 3), st.integers(0, 45), st.integers(3, 4))
+def test_an_added_source_draws_from_the_resume_and_every_source_in_whole_passes(
+    new_weights: list[float], world: int, world_after: int, steps: int, count: int
+) -> None:
+    before, state = read(group(2, [1.0, 1.0], world), None, steps)
+    resumed = group(count, new_weights, world_after)
+    rest, _ = read(resumed, state, None)
+    at = state["consumed"]
+    assert resumed[0].source_counts(at, 0) == {
+        **state["source_counts"],
+        **dict.fromkeys(list(SIZES)[2:count], 0),
+    }
+    assert all(i < 80 for i in before)
+    assert_whole_passes(before + rest, count)
+    usable = at + len(rest) if world_after == 1 else None
+    if usable is not None:  # one rank: the epoch reads its whole budget
+        assert usable == BUDGET
+    total = sum(new_weights[:count])
+    assert resumed[0].weights_at(0, at) == pytest.approx(
+        {n: w / total for n, w in zip(SIZES, new_weights[:count], strict=False)}
+    )
+    again, _ = read(group(count, new_weights, 1), state, None)
+    assert again[: len(rest)] == rest[: len(again)]  # the same addition on any layout
+
+
+def test_a_resume_after_the_addition_replays_it_and_later_epochs_mix_all_sources() -> None:
+    _, state = read(group(2, [1.0, 1.0], 2), None, 6)  # 12 samples read
+    first = group(3, [1.0, 1.0, 2.0], 1)
+    rest, middle = read(first, state, 20)
+    assert middle["sources_added"] == [[0, 12, 2]]
+    assert middle["fingerprint"]["sources"] == ["web", "code", "math"]
+    later, _ = read(group(3, [1.0, 1.0, 2.0], 3), middle, None)
+    whole, _ = read(group(3, [1.0, 1.0, 2.0], 1), state, None)  # the resumed run, on
+    assert whole[:20] == rest
+    assert later == whole[20 : 20 + len(later)]
+    for sampler in first:
+        sampler.set_epoch(1)
+    epoch_1, _ = read(first, None, None)
+    assert sum(i >= 80 for i in epoch_1) == 45  # math: half of the budget, exactly
+
+
+def test_sources_can_be_added_twice() -> None:
+    _, state = read(group(2, [1.0, 1.0], 1), None, 10)
+    _, middle = read(group(3, [1.0, 1.0, 1.0], 1), state, 10)
+    last = group(4, [1.0, 1.0, 1.0, 1.0], 1)
+    rest, end = read(last, middle, 10)
+    assert end["sources_added"] == [[0, 10, 2], [0, 20, 3]]
+    assert any(i >= 100 for i in rest)
+    replay, _ = read(group(4, [1.0, 1.0, 1.0, 1.0], 2), middle, 5)
+    assert replay == rest
+
+
+@pytest.mark.parametrize(
+    ("policy", "match"),
+    [(None, "sources"), (DataChangePolicy(sources="refuse"), "sources")],
+)
+def test_an_added_source_is_refused_without_a_policy_that_accepts_it(
+    policy: DataChangePolicy | None, match: str
+) -> None:
+    _, state = read(group(2, [1.0, 1.0], 1), None, 10)
+    sampler = group(3, [1.0, 1.0, 1.0], 1, policy)[0]
+    with pytest.raises(StateMismatchError, match=match):
+        sampler.load_state_dict(state)
+    assert sampler.consumed == 0
+    assert "sources_added" not in sampler.state_dict()
+
+
+def test_an_added_source_with_another_epoch_budget_is_refused_with_the_budget_to_keep() -> None:
+    _, state = read(group(2, [1.0, 1.0], 1), None, 10)
+    sampler = group(3, [1.0, 1.0, 1.0], 1, budget=100)[0]
+    with pytest.raises(StateMismatchError, match="samples_per_epoch=90"):
+        sampler.load_state_dict(state)
+
+
+def test_sources_inserted_before_the_saved_ones_are_refused() -> None:
+    _, state = read(group(2, [1.0, 1.0], 1), None, 10)
+    mix = MixtureDataset({"math": range(20), "web": range(50), "code": range(30)})
+    sampler = MixtureSampler(mix, [1.0, 1.0, 1.0], 1, 0, seed=7, samples_per_epoch=BUDGET)
+    sampler.data_changes = DataChangePolicy()
+    with pytest.raises(StateMismatchError, match="sources"):
+        sampler.load_state_dict(state)
+
+
+@pytest.mark.parametrize(
+    "recorded", [[[0, 10, 3]], [[0, 10]], "x", [[0, 10, 1], [0, 5, 2]], [[0, -1, 2]]]
+)
+def test_a_malformed_addition_record_is_refused(recorded: Any) -> None:
+    _, state = read(group(2, [1.0, 1.0], 1), None, 10)
+    _, middle = read(group(3, [1.0, 1.0, 1.0], 1), state, 5)
+    sampler = group(3, [1.0, 1.0, 1.0], 1)[0]
+    with pytest.raises(StateMismatchError, match="sources_added"):
+        sampler.load_state_dict({**middle, "sources_added": recorded})
