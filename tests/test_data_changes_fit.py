@@ -189,6 +189,9 @@ def test_a_mixture_resumed_under_new_weights_changes_them_at_the_resume(
     args = ["--mixture", "--weights", "web=0.1,code=0.1,math=0.8", "--devices", str(devices)]
     after = runs.run(runs.root / f"reweighted-{devices}", ["--ckpt", str(ckpt), *args])
     before, resumed = read(killed_mixture), read(after)
+    planned: Any = inspect(ckpt, "--weights", args[2])  # the dry run
+    left = {n: sum(f <= i < f + s for i in resumed[1]) for n, (f, s) in SOURCES.items()}
+    assert planned["data_changes"]["dry_run"]["left_after"] == left
     assert_whole_passes(before[1] + resumed[1], SOURCES)  # nothing skipped or repeated
     assert_whole_passes(resumed[2], SOURCES)
     math = [i for i in resumed[2] if i >= 56]
@@ -211,6 +214,10 @@ def test_a_removed_source_weighs_zero_from_the_resume_on(
     args = ["--ckpt", str(ckpt), "--mixture", "--drop-source", "math"]
     after = runs.run(runs.root / f"removed-{devices}", [*args, "--devices", str(devices)])
     before, resumed = read(killed_mixture), read(after)
+    planned: Any = inspect(ckpt, "--sources", "web=40,code=16")  # the dry run
+    left = {n: sum(f <= i < f + s for i in resumed[1]) for n, (f, s) in SOURCES.items()}
+    assert planned["data_changes"]["dry_run"]["left_after"] == left
+    assert planned["data_changes"]["dry_run"]["removed"] == ["math"]
     assert not [i for epoch in resumed.values() for i in epoch if i >= 56]  # never drawn
     kept = {k: v for k, v in SOURCES.items() if k != "math"}
     assert_whole_passes([i for i in before[1] if i < 56] + resumed[1], kept)
@@ -243,6 +250,12 @@ def test_an_added_source_draws_from_the_resume_on(
     args = ["--ckpt", str(ckpt), "--mixture"]  # math is back, weighing 0.2
     after = runs.run(runs.root / f"added-{devices}", [*args, "--devices", str(devices)])
     before, resumed = read(killed_two_sources), read(after)
+    planned: Any = inspect(  # the dry run, before the resume: each source's draws left
+        ckpt, "--sources", "web=40,code=16,math=8", "--weights", "web=0.5,code=0.3,math=0.2"
+    )
+    left = {n: sum(f <= i < f + s for i in resumed[1]) for n, (f, s) in SOURCES.items()}
+    assert planned["data_changes"]["dry_run"]["left_after"] == left
+    assert planned["data_changes"]["dry_run"]["added"] == ["math"]
     math = [i for i in resumed[1] if i >= 56]
     assert not [i for i in before[1] if i >= 56]
     assert math

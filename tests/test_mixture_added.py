@@ -18,10 +18,13 @@ from hypothesis import strategies as st
 
 from lightning_resumable_data import (
     DataChangePolicy,
+    DistributedSampler,
     MixtureDataset,
     MixtureSampler,
     StateMismatchError,
 )
+from lightning_resumable_data.cli._errors import CliError
+from lightning_resumable_data.cli._mixture_dryrun import mixture_dry_run, parse_pairs
 
 SIZES = {"web": 50, "code": 30, "math": 20, "books": 7}
 BUDGET = 90
@@ -174,3 +177,37 @@ def test_a_malformed_addition_record_is_refused(recorded: Any) -> None:
     sampler = group(3, [1.0, 1.0, 1.0], 1)[0]
     with pytest.raises(StateMismatchError, match="sources_added"):
         sampler.load_state_dict({**middle, "sources_added": recorded})
+
+
+def test_the_dry_run_counts_each_sources_draws_left_as_the_resume_draws_them() -> None:
+    _, state = read(group(2, [1.0, 1.0], 1), None, 12)
+    planned = mixture_dry_run(
+        state, {"web": 50, "code": 30, "math": 20}, {"web": 1, "code": 1, "math": 2}
+    )
+    rest, _ = read(group(3, [1.0, 1.0, 2.0], 1), state, None)
+    bounds = {"web": (0, 50), "code": (50, 80), "math": (80, 100)}
+    assert planned["left_after"] == {
+        n: sum(a <= i < b for i in rest) for n, (a, b) in bounds.items()
+    }
+    assert planned["added"] == ["math"]
+    assert planned["left_before"]["math"] == 0
+
+
+def test_the_dry_run_reports_a_refusal_and_rejects_bad_arguments() -> None:
+    _, state = read(group(2, [1.0, 1.0], 1), None, 12)
+    refused = mixture_dry_run(
+        state,
+        {"web": 50, "code": 30, "math": 20},
+        {"web": 1, "code": 1, "math": 1},
+        DataChangePolicy(sources="refuse"),
+    )
+    assert "sources" in refused["refused"]
+    with pytest.raises(CliError, match="no weight"):
+        mixture_dry_run(state, {"web": 50, "code": 30, "math": 20}, None)
+    with pytest.raises(CliError, match="not among the sources"):
+        mixture_dry_run(state, None, {"web": 1, "code": 1, "math": 1})
+    with pytest.raises(CliError, match="NAME=INT"):
+        parse_pairs("web=1.5", int, "--sources")
+    single = DistributedSampler(range(10), 1, 0).state_at(0, 4)
+    with pytest.raises(CliError, match="mixture"):
+        mixture_dry_run(single, {"web": 10}, {"web": 1})

@@ -82,6 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="dry-run a resume over N training samples (docs/changes.md)",
     )
+    for flag, metavar, what in (
+        ("--sources", "NAME=SIZE,...", "a mixture's sources with their sizes"),
+        ("--weights", "NAME=W,...", "a mixture's weights"),
+    ):
+        help_ = f"dry-run a resume under {what} (default: the saved ones; docs/changes.md)"
+        inspect.add_argument(flag, metavar=metavar, help=help_)
     for flag, choices in (
         ("--grown", ("this_epoch", "next_epoch", "refuse")),
         ("--shrunk", ("skip_removed", "refuse")),
@@ -261,6 +267,7 @@ def _run(args: argparse.Namespace) -> int:
             unsafe_unpickle=args.unsafe_unpickle,
             dataset_length=args.dataset_length,
             policy=DataChangePolicy(grown=args.grown, shrunk=args.shrunk),
+            mixture=_mixture_dry_run(args.sources, args.weights),
         )
         print(json.dumps(report, indent=2) if args.json else format_inspect(report))
         if not args.json and "data_changes" in report:
@@ -311,3 +318,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_FAILURE
+
+
+def _mixture_dry_run(
+    sources: str | None, weights: str | None
+) -> tuple[dict[str, int] | None, dict[str, float] | None] | None:
+    """``--sources`` and ``--weights`` parsed, or ``None`` without either."""
+    if sources is None and weights is None:
+        return None
+    from lightning_resumable_data.cli._mixture_dryrun import parse_pairs
+
+    return (
+        None if sources is None else parse_pairs(sources, int, "--sources"),
+        None if weights is None else parse_pairs(weights, float, "--weights"),
+    )

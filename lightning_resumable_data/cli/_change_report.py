@@ -98,10 +98,15 @@ def _trained(left: int, sampler: Any, batch_size: int | None) -> int:
 
 
 def found_changes(
-    found: DataState, new_length: int | None, policy: DataChangePolicy | None
+    found: DataState,
+    new_length: int | None,
+    policy: DataChangePolicy | None,
+    mixture: tuple[dict[str, int] | None, dict[str, float] | None] | None = None,
 ) -> dict[str, Any] | None:
     """The changes a checkpoint records, and the dry run of one more to ``new_length``.
 
+    ``mixture``: the sources (name: size) and weights of a mixture's dry run (``None`` in
+    either keeps the saved ones; :mod:`~lightning_resumable_data.cli._mixture_dryrun`).
     ``policy`` ``None`` is the default policy; the answer is ``None`` when there is neither.
     """
     sampler_state = found.loader.get("sampler") or {}
@@ -119,6 +124,10 @@ def found_changes(
             out["dry_run"] = change_report(sampler_state, new_length, chosen, batch_size)
         except CliError as refused:  # what the resume would say, as the report's answer
             out["dry_run"] = {"new_length": new_length, "refused": refused.message}
+    if mixture is not None:
+        from lightning_resumable_data.cli._mixture_dryrun import mixture_dry_run
+
+        out["dry_run"] = mixture_dry_run(sampler_state, *mixture, policy)
     return out if recorded or added or "dry_run" in out else None
 
 
@@ -135,7 +144,7 @@ def sources_added(sampler_state: Mapping[str, Any]) -> list[dict[str, Any]]:
     """
     names = (sampler_state.get("fingerprint") or {}).get("sources") or []
     recorded = sampler_state.get("sources_added") or []
-    if not isinstance(recorded, list) or not isinstance(names, list):
+    if not (recorded and isinstance(recorded, list) and isinstance(names, list)):
         return []
     ends = [entry[2] for entry in recorded[1:]] + [len(names)]
     return [
@@ -160,7 +169,12 @@ def format_changes(found: Mapping[str, Any]) -> str:
         )
     dry = found.get("dry_run")
     if dry is not None:
-        text = dry.get("text") or f"The dataset has {dry['new_length']} samples: no change."
+        same = (
+            "No change: the resume position draws under these already."
+            if "sources" in dry
+            else None
+        )
+        text = dry.get("text") or same or f"The dataset has {dry['new_length']} samples: no change."
         if "refused" in dry:
             text = f"refused: {dry['refused']}"
         elif "trained" in dry:

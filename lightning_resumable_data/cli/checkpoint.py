@@ -164,11 +164,14 @@ def inspect(
     unsafe_unpickle: bool = False,
     dataset_length: int | None = None,
     policy: DataChangePolicy | None = None,
+    mixture: tuple[dict[str, int] | None, dict[str, float] | None] | None = None,
 ) -> dict[str, Any]:
     """Everything ``lrd inspect`` shows, as a JSON-serialisable dict.
 
     With ``dataset_length``, ``data_changes.dry_run`` says what a resume over that many
-    samples would do under ``policy`` (default ``DataChangePolicy()``).
+    samples would do under ``policy`` (default ``DataChangePolicy()``); with ``mixture``
+    (sources with their sizes, weights; ``None`` keeps the saved ones), what a resume of a
+    mixture under them would do.
 
     The file is read as ``weights_only=True`` reads it, tensors as placeholders, unless
     ``unsafe_unpickle`` (see :func:`~lightning_resumable_data.cli._reading.load_checkpoint`).
@@ -181,7 +184,7 @@ def inspect(
     found = find_data_state(checkpoint, str(path))
     try:
         report = _report(path, checkpoint, found, world_size, batch_size)
-        changes = found_changes(found, dataset_length, policy)
+        changes = found_changes(found, dataset_length, policy, mixture)
     except (KeyError, TypeError, ValueError, IndexError) as error:
         raise CliError(
             f"the data state at {found.where} in {path} is malformed "

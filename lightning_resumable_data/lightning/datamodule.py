@@ -90,8 +90,8 @@ class ResumableDataModule(pl.LightningDataModule):
             metrics (:func:`~lightning_resumable_data.lightning.mixing.log_source_values`).
         allow_config_change: Resume even if the seed or datasets changed (the position is
             kept; the order after it follows the new configuration).
-        data_changes: What resuming over grown, shrunk or replaced data does
-            (:class:`~lightning_resumable_data.DataChangePolicy`); ``None`` refuses it.
+        data_changes: What resuming over changed data (grown, shrunk, replaced; mixture
+            sources reweighted, added, removed) does; ``None`` refuses it.
 
     Example:
         >>> dm = ResumableDataModule(range(100), batch_size=8, seed=1)

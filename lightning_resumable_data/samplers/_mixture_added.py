@@ -26,7 +26,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from lightning_resumable_data.state import StateMismatchError, _normalise
@@ -34,9 +34,9 @@ from lightning_resumable_data.state import StateMismatchError, _normalise
 if TYPE_CHECKING:
     from lightning_resumable_data.samplers.mixture import MixtureSampler
 
-__all__ = ["Added", "check_added", "with_added_sources"]
+__all__ = ["Added", "check_added", "sources_at", "with_added_sources"]
 
-Added = list[tuple[int, int, int]]  # (epoch, position, sources before) of each addition
+Added = Sequence[tuple[int, int, int]]  # (epoch, position, sources before) of each addition
 
 # What an addition may change in the fingerprint; the rest must be as saved.
 _WIDENED = ("sources", "sizes", "initial")
@@ -132,7 +132,7 @@ def check_added(state: Mapping[str, Any], sources: int, kind: str) -> Added:
         [(0, 8, 1)]
     """
     recorded = state.get("sources_added", [])
-    checked: Added = []
+    checked: list[tuple[int, int, int]] = []
     problem = not isinstance(recorded, list)
     for item in recorded if not problem else []:
         values = item if isinstance(item, list) and len(item) == 3 else None

@@ -43,18 +43,18 @@ _log = logging.getLogger("lightning_resumable_data")
 
 
 @contextmanager
-def reweighted(sampler: MixtureSampler, state: object) -> Iterator[None]:
+def reweighted(sampler: MixtureSampler, state: Any) -> Iterator[Any]:
     """Load ``state`` (the body) under its own initial weights if the policy accepts new ones.
 
     The new weights then start at the restored position; if the body raises, the sampler
-    is left as it was.
+    is left as it was. Yields ``state``.
     """
     built = sampler.built_initial  # the weights this sampler was made with: the ones wanted
     saved = saved_initial(sampler, state)
     target = built if saved is None else saved
     before = None if _same(sampler._initial, target) else load_under(sampler, target)
     try:
-        yield
+        yield state
     except BaseException:
         if before is not None:
             sampler._initial, sampler._plan = before

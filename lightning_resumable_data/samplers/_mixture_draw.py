@@ -25,6 +25,7 @@ from lightning_resumable_data.index.mixture import (
     source_samples,
     target_counts,
 )
+from lightning_resumable_data.samplers._mixture_added import Added, sources_at
 
 if TYPE_CHECKING:
     from lightning_resumable_data.datasets.mixture import MixtureDataset
@@ -84,13 +85,13 @@ def make_segment(
     stop: int,
     drawn: NDArray[np.int64],
     planned_end: int,
-    sources: int | None = None,
+    added: Added = (),
 ) -> Segment:
     """The segment of schedule ``entry`` in ``epoch``, read up to ``stop``.
 
     It is planned up to ``planned_end`` (the next declared change) unless its entry
-    pinned another end (``plan_end``). It is arranged over the first ``sources`` sources
-    (default: all; fewer where sources were appended later and weigh 0 here).
+    pinned another end (``plan_end``). It is arranged over the sources that existed where
+    it starts: fewer than all where ``added`` records sources appended later.
     """
     start = entry["position"] if entry["epoch"] == epoch else 0
     frozen = entry["plan_end"] is not None and entry["epoch"] == epoch
@@ -98,7 +99,8 @@ def make_segment(
     probs = mixture_probabilities(entry["weights"], entry["temperature"])
     counts = target_counts(probs, end - start)
     layout: Arrangement | _Prefix = arrangement(counts, seed, (epoch, start, end))
-    if sources is not None and sources < len(counts):
+    sources = sources_at(added, epoch, start, len(counts))
+    if sources < len(counts):
         if counts[sources:].any():
             raise ValueError(f"sources appended at a resume weigh > 0 before it: {counts}")
         layout = _Prefix(arrangement(counts[:sources], seed, (epoch, start, end)), len(counts))

@@ -19,7 +19,7 @@ from numpy.typing import NDArray
 
 from lightning_resumable_data.index.mixture import mixture_probabilities
 from lightning_resumable_data.samplers._arguments import check_non_negative_int
-from lightning_resumable_data.samplers._mixture_added import Added, check_added, sources_at
+from lightning_resumable_data.samplers._mixture_added import Added, check_added
 from lightning_resumable_data.samplers._mixture_config import MixtureConfig, Weights
 from lightning_resumable_data.samplers._mixture_draw import Segment, handed_on, make_segment
 from lightning_resumable_data.samplers.schedule import carried, entry_key
@@ -59,14 +59,6 @@ class MixturePlan:
         self.plans: dict[int, list[Segment]] = {}
         self.anchor: Anchor | None = None  # a loaded epoch's plan starts here (see segments)
         self.added: Added = []  # sources appended at a resume (_mixture_added)
-
-    def _segment(
-        self, epoch: int, entry: dict[str, Any], stop: int, drawn: Any, planned_end: int
-    ) -> Segment:
-        """:func:`make_segment`, over the sources that existed where the segment starts."""
-        start = entry["position"] if entry["epoch"] == epoch else 0
-        sources = sources_at(self.added, epoch, start, len(self.config.mixture.names))
-        return make_segment(self.config.seed, epoch, entry, stop, drawn, planned_end, sources)
 
     def governing(self, epoch: int, position: int) -> int:
         """Index of the entry in force at ``position`` of ``epoch`` (-1: none)."""
@@ -111,10 +103,8 @@ class MixturePlan:
         """Whether ``entry`` is in the schedule already (e.g. restored from a checkpoint)."""
         index, same = self._find(entry)
         governing = self.schedule[index]
-        return same and (governing["weights"], governing["temperature"]) == (
-            entry["weights"],
-            entry["temperature"],
-        )
+        pair = (governing["weights"], governing["temperature"])
+        return same and pair == (entry["weights"], entry["temperature"])
 
     def add(self, entry: dict[str, Any], started: bool) -> None:
         """Add (or replace at its place) ``entry``; ``started``: its epoch is being read."""
@@ -174,7 +164,7 @@ class MixturePlan:
         plan = self.plans.get(epoch)
         if plan is not None and plan[0].start <= at:
             return plan
-        length = self.config.epoch_length
+        length, seed = self.config.epoch_length, self.config.seed
         first = self.governing(epoch, 0)
         drawn = np.zeros(len(self.config.mixture.names), dtype=np.int64)
         anchor = self.anchor
@@ -193,7 +183,7 @@ class MixturePlan:
         plan = []
         for i, entry in enumerate(entries):
             stop = entries[i + 1]["position"] if i + 1 < len(entries) else length
-            plan.append(self._segment(epoch, entry, stop, drawn, planned[i]))
+            plan.append(make_segment(seed, epoch, entry, stop, drawn, planned[i], self.added))
             drawn = handed_on(plan[-1])
         self.plans = {epoch: plan}
         return plan
@@ -217,7 +207,8 @@ class MixturePlan:
             return
         plan[-1].stop = entry["position"]
         drawn = handed_on(plan[-1])
-        plan.append(self._segment(epoch, entry, length, drawn, length))
+        seed, added = self.config.seed, self.added
+        plan.append(make_segment(seed, epoch, entry, length, drawn, length, added))
 
     def counts(self, epoch: int, consumed: int) -> NDArray[np.int64]:
         """Draws of each source in positions ``[0, consumed)`` of ``epoch``: one segment's."""

@@ -48,10 +48,11 @@ class DataChangePolicy:
             indices are other samples. ``"refuse"`` (the default) raises;
             ``"remove_and_add"``: the interrupted epoch's unread old samples are dropped (and
             counted) and the new dataset is read once in the rest of the epoch.
-        sources: A mixture's weights changed, or a source was removed (it weighs 0 from
-            then on). ``"at_resume"``: the new weights start at the resume position, as an
-            online weight change (nothing skipped or repeated within a source's pass);
-            ``"refuse"``: the resume raises.
+        sources: A mixture's weights changed, a source was removed (it weighs 0 from
+            then on) or appended (it weighed 0 up to the resume; the epoch keeps its
+            ``samples_per_epoch``). ``"at_resume"``: the new weights start at the resume
+            position, as an online weight change (nothing skipped or repeated within a
+            source's pass); ``"refuse"``: the resume raises.
 
     Example:
         >>> DataChangePolicy(grown="next_epoch").grown

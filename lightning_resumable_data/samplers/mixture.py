@@ -60,10 +60,8 @@ class MixtureSampler(DistributedSampler):
     ahead of what it has yielded.
 
     The schedule of weight changes is part of the state: :meth:`update_weights` records the
-    (epoch, position) a change starts at (schedule changes before reading, as
-    :class:`~lightning_resumable_data.ResumableDataModule` does for its phases, to get exact
-    per-phase counts), and a resume before, at or after it reproduces the uninterrupted run
-    exactly.
+    (epoch, position) a change starts at (made before reading, as the DataModule does for
+    its phases, it gives exact per-phase counts); a resume reproduces the run exactly.
 
     State keys: those of :class:`DistributedSampler` (fingerprint: ``sources``, ``sizes``,
     ``seed``, ``samples_per_epoch``, ``drop_last``, ``initial``, ``order``: the arrangement
@@ -71,8 +69,7 @@ class MixtureSampler(DistributedSampler):
     "position", "weights", "temperature", "plan_end", "kind"}``, ``source_counts``, and
     ``segment``: the start and per-source draws before the segment holding the position
     (absent in its epoch's first segment), so a resume plans the epoch from there, not 0;
-    ``sources_added`` (only after sources were appended at a resume): each addition's
-    ``[epoch, position, sources before]``.
+    ``sources_added``: ``[epoch, position, sources before]`` of each source appended.
 
     Args:
         dataset: The :class:`MixtureDataset`.
@@ -282,7 +279,7 @@ class MixtureSampler(DistributedSampler):
         segment = self._plan.anchor_state(epoch, consumed)
         if segment is not None:
             state["segment"] = segment
-        if self._plan.added:
+        if self._plan.added:  # sources appended at a resume (_mixture_added)
             state["sources_added"] = [list(a) for a in self._plan.added]
         return state
 
@@ -294,12 +291,10 @@ class MixtureSampler(DistributedSampler):
                 sizes, seed, epoch budget or initial weights, or a mixture order of an
                 earlier release (the error says how to finish that run).
         """
-        # Everything is checked before anything changes: version and kind first, then the
-        # schedule, then the position (by the base class, which validates before it sets).
-        state_dict = with_added_sources(self, state_dict)  # type: ignore[assignment]
-        with reweighted(self, state_dict):  # other weights a DataChangePolicy accepts
-            check_mixture_state(state_dict, self.KIND, self.fingerprint)
-            checked = check_schedule(self, state_dict.get("schedule"))
-            epoch, consumed = state_dict["epoch"], state_dict["consumed"]
-            schedule = reconcile_schedule(self, checked, epoch, consumed)
-            self._plan.load(schedule, state_dict, self.KIND, super().load_state_dict)
+        # All is checked before anything changes: version, kind, schedule, then the position
+        # (base class); other weights or appended sources load as saved, then change.
+        with reweighted(self, with_added_sources(self, state_dict)) as state:
+            check_mixture_state(state, self.KIND, self.fingerprint)
+            checked = check_schedule(self, state.get("schedule"))
+            schedule = reconcile_schedule(self, checked, state["epoch"], state["consumed"])
+            self._plan.load(schedule, state, self.KIND, super().load_state_dict)
