@@ -11,6 +11,7 @@ puts it, so it crosses to the main process without a copy.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -34,16 +35,14 @@ class RowBatch(list[Any]):
 
     __slots__ = ("_rows", "tensor")
 
-    def __init__(self, tensor: torch.Tensor) -> None:
-        self._rows = tuple(tensor.numpy())
+    def __init__(self, tensor: torch.Tensor, rows: NDArray[Any] | None = None) -> None:
+        self._rows = tuple(tensor.numpy() if rows is None else rows)  # ``rows``: its array
         super().__init__(self._rows)
         self.tensor = tensor
 
     def intact(self) -> bool:
         """Whether the samples are still the rows it was built with (none replaced)."""
-        return len(self) == len(self._rows) and all(
-            a is b for a, b in zip(self, self._rows, strict=False)
-        )
+        return len(self) == len(self._rows) and all(map(operator.is_, self, self._rows))
 
 
 def empty_rows(rows: int, shape: tuple[int, ...], dtype: np.dtype[Any]) -> NDArray[Any]:
@@ -69,17 +68,19 @@ def gather_rows(
     readers: Sequence[Any],
     runs: Sequence[tuple[int, NDArray[np.int64]]],
     wait: Callable[[int], None],
+    checked: bool = False,
 ) -> RowBatch | None:
     """A batch as the rows of one tensor, gathered run by run; None if a reader cannot.
 
     ``runs`` are ``(reader, local indices)`` in the batch's order; ``wait(reader)`` makes
     it resident before its gather. Every reader must have ``seq_len``, ``dtype`` (the same
-    for all) and ``gather_into(indices, out) -> bool``, as token shard readers do.
+    for all) and ``gather_into(indices, out, checked) -> bool``, as token shard readers
+    do; ``checked``: the caller checked that the indices are in range.
 
     Example:
         >>> class Rows:
         ...     seq_len, dtype = 2, np.dtype(np.int64)
-        ...     def gather_into(self, indices, out):
+        ...     def gather_into(self, indices, out, checked=False):
         ...         out[:] = indices[:, None] * 10
         ...         return True
         >>> batch = gather_rows([Rows()], [(0, np.array([3, 1]))], wait=lambda r: None)
@@ -101,10 +102,10 @@ def gather_rows(
         if gather is None:
             return None
         wait(index)
-        if not gather(local, out[begin : begin + len(local)]):
+        if not gather(local, out[begin : begin + len(local)], checked):
             return None
         begin += len(local)
-    return RowBatch(torch.from_numpy(out))
+    return RowBatch(torch.from_numpy(out), out)
 
 
 def collate_rows(batch: list[Any]) -> Any:

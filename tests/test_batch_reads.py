@@ -8,12 +8,16 @@ oracle is torchdata's ``StatefulDataLoader`` over a per-sample dataset of the sa
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torchdata.stateful_dataloader import StatefulDataLoader as TorchdataLoader
 
 from lightning_resumable_data import DistributedShardedDataset, StatefulDataLoader
@@ -173,3 +177,33 @@ def test_a_batch_whose_rows_were_replaced_collates_what_it_holds(tmp_path: Path)
     batch[0][0] = 5  # in place: the row is the batch's own memory
     assert collate_rows(batch)[0, 0] == 5
     dataset.close()
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.integers(0, 5), min_size=1, max_size=5).filter(any),
+    st.lists(st.integers(-3, 30), min_size=0, max_size=12),
+)
+def test_any_batch_reads_what_per_sample_reads_give_or_the_same_index_error(
+    sizes: list[int], batch: list[int]
+) -> None:
+    """Within one shard (the fast path), across shards, empty shards, out of range."""
+    root = Path(tempfile.mkdtemp())
+    readers, first = [], 0
+    for number, size in enumerate(sizes):
+        path = root / f"shard-{number}.bin"
+        np.arange(first * SEQ, (first + size) * SEQ, dtype=np.uint16).tofile(path)
+        readers.append(TokenShardReader(path, SEQ))
+        first += size
+    dataset = DistributedShardedDataset(readers, seed=0)
+    try:
+        if all(0 <= i < first for i in batch):
+            got = dataset.__getitems__(batch)
+            assert [row.tolist() for row in got] == [dataset[i].tolist() for i in batch]
+            assert [row[0] for row in got] == [i * SEQ for i in batch]
+        else:
+            with pytest.raises(IndexError, match="out of range"):
+                dataset.__getitems__(batch)
+    finally:
+        dataset.close()
+        shutil.rmtree(root)

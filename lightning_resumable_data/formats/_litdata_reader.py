@@ -254,7 +254,9 @@ class LitDataChunkReader:
         assert self._tokens is not None
         return list(self._rows(self._tokens[indices]))
 
-    def gather_into(self, indices: NDArray[np.intp], out: NDArray[Any]) -> bool:
+    def gather_into(
+        self, indices: NDArray[np.intp], out: NDArray[Any], checked: bool = False
+    ) -> bool:
         """Write token rows ``indices`` (``0 <= i < len``) into the rows of ``out``.
 
         Returns False, writing nothing, for a chunk of items that are not token blocks, or
@@ -266,7 +268,7 @@ class LitDataChunkReader:
             return False
         if not indices.size:
             return True
-        for bound in (int(indices.min()), int(indices.max())):
+        for bound in () if checked else (int(indices.min()), int(indices.max())):
             check_index(self.name, bound, self._length)
         self._load(int(indices[0]))
         assert self._tokens is not None

@@ -199,6 +199,14 @@ class DistributedShardedDataset(torch.utils.data.Dataset[T], Generic[T]):
                 epoch = indices[0].epoch
                 self._check_key_seed(indices[0])
         wanted = np.asarray(plain, dtype=np.int64)
+        if not wanted.size:
+            return []
+        single = self._one_shard(wanted)  # a batch is usually within one shard
+        if single is not None:
+            local = [(single, wanted - self._starts[single])]
+            rows = gather_rows(self.readers, local, lambda s: self._wait(s, epoch), checked=True)
+            if rows is not None:
+                return cast(list[T], rows)
         if wanted.size and (wanted.min() < 0 or wanted.max() >= self._starts[-1]):
             bad = int(wanted[(wanted < 0) | (wanted >= self._starts[-1])][0])
             self.locate(bad)  # raises the IndexError that names it
@@ -221,8 +229,14 @@ class DistributedShardedDataset(torch.utils.data.Dataset[T], Generic[T]):
                 out += [reader.read(i) for i in local.tolist()]
         return out
 
+    def _one_shard(self, wanted: np.ndarray[Any, Any]) -> int | None:
+        """The shard that holds every index of ``wanted`` (all in range), else ``None``."""
+        low, high = int(wanted.min()), int(wanted.max())
+        shard = bisect.bisect_right(self._starts, low) - 1
+        inside = 0 <= shard < len(self.readers) and high < self._starts[shard + 1]
+        return shard if inside else None
+
     def _wait(self, shard: int, epoch: int) -> None:
-        """Make ``shard`` resident (and plan the prefetch after it); wait for its load."""
         """Make ``shard`` resident (and plan the prefetch after it); wait for its load."""
         future = self._state().acquire(shard, epoch)
         if not future.done():

@@ -236,10 +236,11 @@ class TokenShardReader:
             return [self.read(i) for i in indices.tolist()]
         return list(self._tokens()[indices])
 
-    def gather_into(self, indices: NDArray[np.intp], out: Tokens) -> bool:
+    def gather_into(self, indices: NDArray[np.intp], out: Tokens, checked: bool = False) -> bool:
         """Write the samples at ``indices`` (``0 <= i < len``) into the rows of ``out``.
 
-        Returns False, writing nothing, for a subclass that reads its own way.
+        Returns False, writing nothing, for a subclass that reads its own way. ``checked``:
+        the caller has checked the range (skips the check).
 
         Example:
             >>> import tempfile
@@ -251,7 +252,7 @@ class TokenShardReader:
         """
         if type(self).read is not TokenShardReader.read:
             return False
-        if indices.size and (indices.min() < 0 or indices.max() >= self._length):
+        if not checked and indices.size and (indices.min() < 0 or indices.max() >= self._length):
             bad = indices[(indices < 0) | (indices >= self._length)][0]
             raise IndexError(
                 f"index {bad} is out of range for shard {self.name!r} of {self._length} samples."
