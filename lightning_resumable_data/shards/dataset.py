@@ -203,8 +203,8 @@ class DistributedShardedDataset(torch.utils.data.Dataset[T], Generic[T]):
             return []
         single = self._one_shard(wanted)  # a batch is usually within one shard
         if single is not None:
-            local = [(single, wanted - self._starts[single])]
-            rows = gather_rows(self.readers, local, lambda s: self._wait(s, epoch), checked=True)
+            run = [(single, wanted - self._starts[single])]
+            rows = gather_rows(self.readers, run, lambda s: self._wait(s, epoch), checked=True)
             if rows is not None:
                 return cast(list[T], rows)
         if wanted.size and (wanted.min() < 0 or wanted.max() >= self._starts[-1]):
