@@ -35,7 +35,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("samplers", ("samplers",), "position and configuration; call the index math"),
     (
         "loader",
-        ("_batching", "_progress", "_rows", "resume", "loader"),
+        ("_batching", "_direct", "_progress", "_rows", "resume", "loader"),
         "batches and resume strategies",
     ),
     ("shards", ("shards",), "token shards: readers, residency, the shard loader"),

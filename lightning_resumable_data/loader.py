@@ -26,6 +26,7 @@ from lightning_resumable_data._batching import (
     PositionSampler,
     SkippableSampler,
 )
+from lightning_resumable_data._direct import direct, direct_batches
 from lightning_resumable_data._progress import BatchPosition, CountingIterator, Progress
 from lightning_resumable_data._rows import collate_rows
 from lightning_resumable_data.randomness import worker_seed
@@ -365,6 +366,8 @@ class StatefulDataLoader(_TorchdataLoader[T_co]):
             rank = int(getattr(self.position_sampler, "rank", 0))
             seed = worker_seed(self.seed, progress.epoch, rank)
             self.generator = torch.Generator().manual_seed(seed)
+        if direct(self):  # 0 workers: read in this process without torch's iterator
+            return direct_batches(self)
         return super().__iter__()
 
     def _epoch_done(self, progress: Progress) -> bool:

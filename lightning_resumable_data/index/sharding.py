@@ -41,6 +41,7 @@ Example:
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 from collections.abc import Callable, Sequence
 from typing import Final
@@ -57,6 +58,7 @@ __all__ = [
     "in_shard_keys",
     "locate_indices",
     "shard_order",
+    "shard_runs",
     "shard_starts",
     "sharded_order",
     "shards_digest",
@@ -257,3 +259,32 @@ def shards_digest(sizes: ArrayLike, names: Sequence[str] | None = None) -> str:
     for name in names or ():
         digest.update(b"\0" + name.encode())
     return digest.hexdigest()
+
+
+def shard_runs(
+    starts: Sequence[int], indices: NDArray[np.int64]
+) -> list[tuple[int, NDArray[np.int64]]]:
+    """Global ``indices`` as runs ``(shard, local indices)`` of one shard each, in order.
+
+    ``starts`` are the shards' first global indices, then the total. A batch within one
+    shard (the usual case) costs one min, one max and one bisection.
+
+    Raises:
+        IndexError: An index outside ``[0, total)``, named.
+
+    Example:
+        >>> [(s, local.tolist()) for s, local in shard_runs([0, 2, 5], np.array([3, 4, 0]))]
+        [(1, [1, 2]), (0, [0])]
+    """
+    low, high = int(indices.min()), int(indices.max())
+    shard = bisect.bisect_right(starts, low) - 1
+    if 0 <= shard < len(starts) - 1 and high < starts[shard + 1]:
+        return [(shard, indices - starts[shard])]
+    total = starts[-1]
+    if low < 0 or high >= total:
+        bad = int(indices[(indices < 0) | (indices >= total)][0])
+        raise IndexError(f"index {bad} is out of range for a sharded dataset of {total} samples.")
+    shards = np.searchsorted(np.asarray(starts, dtype=np.int64), indices, side="right") - 1
+    cuts = (np.flatnonzero(shards[1:] != shards[:-1]) + 1).tolist()
+    bounds = zip([0, *cuts], [*cuts, indices.size], strict=True)
+    return [(int(shards[b]), indices[b:e] - starts[int(shards[b])]) for b, e in bounds]

@@ -16,7 +16,7 @@ import numpy as np
 import torch.utils.data
 
 from lightning_resumable_data._rows import gather_rows
-from lightning_resumable_data.index.sharding import check_shard_sizes, shard_starts
+from lightning_resumable_data.index.sharding import check_shard_sizes, shard_runs, shard_starts
 from lightning_resumable_data.pins import shard_pins
 from lightning_resumable_data.randomness import KeyedBatch, SampleKey
 from lightning_resumable_data.samplers._arguments import check_key_seed
@@ -107,8 +107,7 @@ class DistributedShardedDataset(torch.utils.data.Dataset[T], Generic[T]):
             getattr(reader, "identity", None) for reader in readers
         )
         self.pins = shard_pins(self.shard_names, self.shard_identities)  # pins.py
-        self._starts_array = shard_starts(sizes).astype(np.int64)
-        self._starts: list[int] = self._starts_array.tolist()
+        self._starts: list[int] = shard_starts(sizes).astype(np.int64).tolist()
         self.epoch = 0
         self._residency: ShardResidency | None = None
 
@@ -201,21 +200,8 @@ class DistributedShardedDataset(torch.utils.data.Dataset[T], Generic[T]):
         wanted = np.asarray(plain, dtype=np.int64)
         if not wanted.size:
             return []
-        single = self._one_shard(wanted)  # a batch is usually within one shard
-        if single is not None:
-            run = [(single, wanted - self._starts[single])]
-            rows = gather_rows(self.readers, run, lambda s: self._wait(s, epoch), checked=True)
-            if rows is not None:
-                return cast(list[T], rows)
-        if wanted.size and (wanted.min() < 0 or wanted.max() >= self._starts[-1]):
-            bad = int(wanted[(wanted < 0) | (wanted >= self._starts[-1])][0])
-            self.locate(bad)  # raises the IndexError that names it
-        shards = np.searchsorted(self._starts_array, wanted, side="right") - 1
-        # Runs of consecutive samples in one shard (a batch is usually one run).
-        cuts = (np.flatnonzero(shards[1:] != shards[:-1]) + 1).tolist()
-        bounds = zip([0, *cuts], [*cuts, wanted.size], strict=True)
-        runs = [(int(shards[b]), wanted[b:e] - self._starts[int(shards[b])]) for b, e in bounds]
-        rows = gather_rows(self.readers, runs, lambda shard: self._wait(shard, epoch))
+        runs = shard_runs(self._starts, wanted)  # in range (or an IndexError naming one)
+        rows = gather_rows(self.readers, runs, lambda s: self._wait(s, epoch), checked=True)
         if rows is not None:
             return cast(list[T], rows)
         out: list[T] = []
@@ -228,13 +214,6 @@ class DistributedShardedDataset(torch.utils.data.Dataset[T], Generic[T]):
             else:
                 out += [reader.read(i) for i in local.tolist()]
         return out
-
-    def _one_shard(self, wanted: np.ndarray[Any, Any]) -> int | None:
-        """The shard that holds every index of ``wanted`` (all in range), else ``None``."""
-        low, high = int(wanted.min()), int(wanted.max())
-        shard = bisect.bisect_right(self._starts, low) - 1
-        inside = 0 <= shard < len(self.readers) and high < self._starts[shard + 1]
-        return shard if inside else None
 
     def _wait(self, shard: int, epoch: int) -> None:
         """Make ``shard`` resident (and plan the prefetch after it); wait for its load."""
