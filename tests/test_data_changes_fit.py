@@ -122,6 +122,22 @@ def inspect(ckpt: Path, *args: str) -> dict[str, object]:
     return dict(json.loads(done.stdout))
 
 
+def trace(ckpt: Path, step: int) -> list[int]:
+    """``lrd trace CKPT --step N --json``: the ids (``matrix/train.py``.s) all ranks trained."""
+    command = [sys.executable, "-m", "lightning_resumable_data.cli", "trace", str(ckpt)]
+    done = subprocess.run(
+        [*command, "--step", str(step), "--json"], capture_output=True, text=True, check=True
+    )
+    report = json.loads(done.stdout)
+    firsts = {name: first for name, (first, _) in SOURCES.items()}
+    return [
+        firsts[source] + int(index)
+        for batch in report["batches"]
+        for rank in batch["ranks"]
+        for source, index in zip(rank["sources"], rank["source_indices"], strict=True)
+    ]
+
+
 @pytest.mark.parametrize(("n", "policy"), [(80, "this_epoch"), (80, "next_epoch"), (48, None)])
 def test_the_dry_run_counts_what_the_resumed_run_trains(
     runs: Runs, killed: Path, n: int, policy: str | None
@@ -269,6 +285,17 @@ def test_an_added_source_draws_from_the_resume_on(
     )
     expected = ledger(after).stream()[len(ledger(after).cut(KILL + 2).stream()) :]
     assert ledger(again).stream() == expected
+    last = max(int(x["step"]) for lines in ledger(after).ranks for x in lines)
+    for step in (KILL - 2, KILL + 1, last):  # lrd trace, before and after the addition
+        traced = trace(after / "ckpt" / f"step={last + 1}.ckpt", step)
+        trained = [x["ids"] for lines in ledger(after).ranks for x in lines if x["step"] == step]
+        trained += [
+            x["ids"]
+            for lines in ledger(killed_two_sources).ranks
+            for x in lines
+            if x["step"] == step
+        ]
+        assert sorted(traced) == sorted(i for ids in trained for i in ids), step
     if devices == 1:  # lrd inspect (its own reader) counts the draws as the run made them
         report: Any = inspect(after / "ckpt" / f"step={KILL + 2}.ckpt")
         read_in_1 = before[1] + ledger(after).cut(KILL + 2).stream()
@@ -277,6 +304,23 @@ def test_an_added_source_draws_from_the_resume_on(
         assert report["data_changes"]["sources_added"] == [
             {"epoch": 1, "position": 16, "sources": ["math"]}
         ]
+
+
+def test_a_source_added_then_removed_at_the_next_resume_stops_drawing(
+    runs: Runs, killed_two_sources: Path
+) -> None:
+    """From the docs-only attack: the second change used to leave the first in force."""
+    ckpt = killed_two_sources / "ckpt" / f"step={KILL}.ckpt"
+    added = runs.run(runs.root / "added-then", ["--ckpt", str(ckpt), "--mixture"])
+    again = added / "ckpt" / f"step={KILL + 2}.ckpt"
+    dropped = runs.run(
+        runs.root / "added-then-removed",
+        ["--ckpt", str(again), "--mixture", "--drop-source", "math"],
+    )
+    resumed = read(dropped)
+    assert not [i for epoch in resumed.values() for i in epoch if i >= 56]
+    assert len(resumed[2]) == 64
+    assert_whole_passes(resumed[2], {k: v for k, v in SOURCES.items() if k != "math"})
 
 
 def test_replaced_files_are_refused_by_default_and_reread_by_option(runs: Runs) -> None:

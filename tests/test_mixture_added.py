@@ -9,6 +9,7 @@ from a checkpoint written after the addition replays it.
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from typing import Any
 
@@ -211,3 +212,79 @@ def test_the_dry_run_reports_a_refusal_and_rejects_bad_arguments() -> None:
     single = DistributedSampler(range(10), 1, 0).state_at(0, 4)
     with pytest.raises(CliError, match="mixture"):
         mixture_dry_run(single, {"web": 10}, {"web": 1})
+
+
+def epoch_counts(samplers: list[MixtureSampler], epoch: int) -> list[int]:
+    """Draws per source (web, code, math, books) in ``epoch``, read whole."""
+    for sampler in samplers:
+        sampler.set_epoch(epoch)
+    drawn, _ = read(samplers, None, None)
+    bounds = [0, 50, 80, 100, 107]
+    return [sum(a <= i < b for i in drawn) for a, b in itertools.pairwise(bounds)]
+
+
+def test_weights_changed_back_at_a_later_resume_are_the_weights_again() -> None:
+    """W0 -> W1 at one resume, back to W0 at the next: the configured weights win."""
+    _, state = read(group(2, [1.0, 1.0], 1), None, 10)
+    _, middle = read(group(2, [9.0, 1.0], 1), state, 10)
+    assert middle["configured"]["weights"] == [9.0, 1.0]
+    back = group(2, [1.0, 1.0], 1)
+    read(back, middle, None)
+    assert back[0].weights_at(0, 20) == pytest.approx({"web": 0.5, "code": 0.5})
+    assert epoch_counts(back, 1)[:2] == [45, 45]
+    assert "configured" not in back[0].state_at(1, 0)  # the initial weights again
+
+
+def test_an_added_source_weighted_zero_at_a_later_resume_stops_drawing() -> None:
+    _, state = read(group(2, [1.0, 1.0], 1), None, 10)
+    _, middle = read(group(3, [1.0, 1.0, 1.0], 1), state, 10)
+    rest, _ = read(group(3, [1.0, 1.0, 0.0], 1), middle, None)
+    assert not [i for i in rest if i >= 80]  # math weighs 0 from the second resume on
+    assert epoch_counts(group(3, [1.0, 1.0, 0.0], 1), 1)[2] == 0
+
+
+def test_an_online_change_is_kept_by_a_resume_under_the_configured_weights() -> None:
+    first = group(2, [1.0, 1.0], 1)
+    read(first, None, 5)
+    first[0].update_weights([1.0, 0.0], kind="online")  # decided while training
+    _, state = read(first, None, 5)
+    resumed = group(2, [1.0, 1.0], 1)  # the same configuration
+    rest, _ = read(resumed, state, None)
+    assert not [i for i in rest if i >= 50]  # code still weighs 0
+    assert resumed[0].last_reweight is None
+
+
+def test_a_malformed_configured_entry_is_refused() -> None:
+    _, state = read(group(2, [1.0, 1.0], 1), None, 10)
+    _, middle = read(group(2, [9.0, 1.0], 1), state, 10)
+    with pytest.raises(StateMismatchError, match="configured"):
+        group(2, [9.0, 1.0], 1)[0].load_state_dict({**middle, "configured": {"weights": [1]}})
+
+
+@pytest.mark.parametrize(
+    ("sources", "why"),
+    [
+        ({"math": 20, "web": 50, "code": 30}, "another order"),
+        ({"web": 50, "math": 20}, "added and"),
+        ({"web": 50, "code": 29}, "changed size"),
+    ],
+)
+def test_the_dry_run_refuses_what_a_datamodule_refuses(sources: dict[str, int], why: str) -> None:
+    _, state = read(group(2, [1.0, 1.0], 1), None, 12)
+    weights = dict.fromkeys(sources, 1.0)
+    assert why in mixture_dry_run(state, sources, weights)["refused"]
+
+
+@pytest.mark.parametrize(
+    ("text", "kind", "match"),
+    [
+        ("web=-1", float, "finite value >= 0"),
+        ("web=nan", float, "finite value >= 0"),
+        ("web=inf", float, "finite value >= 0"),
+        ("web=1,web=2", float, "twice"),
+        ("web", int, "NAME=INT"),
+    ],
+)
+def test_bad_dry_run_arguments_say_what_is_wrong(text: str, kind: type, match: str) -> None:
+    with pytest.raises(CliError, match=match):
+        parse_pairs(text, kind, "--weights")

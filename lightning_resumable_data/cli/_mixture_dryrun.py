@@ -71,21 +71,29 @@ def mixture_dry_run(
         raise CliError(
             f"sources {missing} have no weight", hint="give every source one with --weights."
         )
+    out: dict[str, Any] = {"sources": wanted, "added": added, "removed": removed}
+    refusal = _refusal(saved, wanted, sampler_state.get("schedule") or [])
+    if refusal is not None:  # what ResumableDataModule refuses before the sampler sees it
+        return {**out, "refused": refusal}
     # a source left out keeps its place (ResumableDataModule does the same): it weighs 0
     kept = {n: RemovedSource(n, size) if n in removed else range(size) for n, size in saved.items()}
     mix = MixtureDataset({**kept, **{n: range(wanted[n]) for n in added}})
-    sampler = MixtureSampler(
-        mix,
-        {n: float(chosen.get(n) or 0.0) for n in mix.names},
-        num_replicas=int(sampler_state.get("num_replicas", 1)),
-        rank=0,
-        seed=int(fingerprint["seed"]),
-        temperature=float(initial["temperature"]),
-        drop_last=bool(fingerprint["drop_last"]),
-        samples_per_epoch=int(fingerprint["samples_per_epoch"]),
-    )
+    try:
+        sampler = MixtureSampler(
+            mix,
+            {n: float(chosen.get(n) or 0.0) for n in mix.names},
+            num_replicas=int(sampler_state.get("num_replicas", 1)),
+            rank=0,
+            seed=int(fingerprint["seed"]),
+            temperature=float(initial["temperature"]),
+            drop_last=bool(fingerprint["drop_last"]),
+            samples_per_epoch=int(fingerprint["samples_per_epoch"]),
+        )
+    except ValueError as error:
+        raise CliError(
+            f"--sources/--weights: {error}", hint="e.g. --weights web=0.7,code=0.3"
+        ) from None
     sampler.data_changes = DataChangePolicy() if policy is None else policy
-    out: dict[str, Any] = {"sources": wanted, "added": added, "removed": removed}
     try:
         sampler.load_state_dict(dict(sampler_state))
     except StateMismatchError as error:
@@ -101,9 +109,43 @@ def mixture_dry_run(
         "position": report["position"],
         "left_before": report["left_before"],
         "left_after": report["left_after"],
-        "text": describe_reweight(report)
-        + (f" Added to the mixture: {', '.join(added)}." if added else ""),
+        "text": describe_reweight(report),
     }
+
+
+def _refusal(saved: dict[str, int], wanted: dict[str, int], schedule: list[Any]) -> str | None:
+    """Why a ``ResumableDataModule`` resume refuses these sources (``None``: it does not).
+
+    The sources may be the saved ones (each with its size) with some left out, or with new
+    ones appended after them, not both, and neither under declared phases.
+    """
+    kept = [n for n in wanted if n in saved]
+    resized = [n for n in kept if wanted[n] != saved[n]]
+    added = [n for n in wanted if n not in saved]
+    removed = [n for n in saved if n not in wanted]
+    phases = any(
+        isinstance(e, dict)
+        and e.get("kind") == "declared"
+        and (e.get("epoch"), e.get("position")) != (0, 0)
+        for e in schedule
+    )
+    problem = None
+    if resized:
+        sizes = [saved[n] for n in resized], [wanted[n] for n in resized]
+        problem = f"sources {resized} changed size ({sizes[0]} -> {sizes[1]})"
+    elif kept != [n for n in saved if n in wanted] or list(wanted)[: len(kept)] != kept:
+        problem = "the sources are in another order (append new sources after the saved)"
+    elif added and removed:
+        problem = f"sources {added} added and {removed} removed in one resume (use two)"
+    elif (added or removed) and phases:
+        problem = "sources added or removed under declared phases (they weigh every source)"
+    if problem is None:
+        return None
+    return (
+        f"Cannot resume: the data configuration changed ({problem}). A ResumableDataModule "
+        "refuses it (docs/changes.md, 'Not covered yet'); allow_config_change=True accepts "
+        "it without exactness."
+    )
 
 
 def parse_pairs(text: str, kind: type[int] | type[float], flag: str) -> dict[str, Any]:
@@ -114,15 +156,23 @@ def parse_pairs(text: str, kind: type[int] | type[float], flag: str) -> dict[str
         {'web': 0.5, 'math': 1.0}
     """
     pairs: dict[str, Any] = {}
+    example = "web=40000,code=16000" if kind is int else "web=0.5,code=0.3,math=0.2"
     for item in filter(None, (part.strip() for part in text.split(","))):
         name, _, value = item.partition("=")
+        name = name.strip()
         try:
-            pairs[name.strip()] = kind(value)
+            number = kind(value)
         except ValueError:
+            number = None
+        if number is None or not number >= 0 or number in (float("inf"),) or not name:
             raise CliError(
-                f"{flag} {text!r}: {item!r} is not NAME={kind.__name__.upper()}",
-                hint=f"e.g. {flag} web=0.5,code=0.3,math=0.2",
-            ) from None
+                f"{flag} {text!r}: {item!r} is not NAME={kind.__name__.upper()} with a "
+                "finite value >= 0",
+                hint=f"e.g. {flag} {example}",
+            )
+        if name in pairs:
+            raise CliError(f"{flag} {text!r} names {name!r} twice", hint=f"e.g. {flag} {example}")
+        pairs[name] = number
     if not pairs:
         raise CliError(f"{flag} {text!r} names no source", hint=f"e.g. {flag} web=1,code=1")
     return pairs

@@ -19,7 +19,9 @@ from lightning_resumable_data.cli._reading import find_data_state, load_checkpoi
 from lightning_resumable_data.lightning.history import DataHistory
 from lightning_resumable_data.lightning.locations import sample_locations
 from lightning_resumable_data.lightning.trace import TracedBatch, replay_changes, trace_step
+from lightning_resumable_data.samplers._mixture_added import check_added
 from lightning_resumable_data.samplers.distributed import DistributedSampler
+from lightning_resumable_data.samplers.mixture import MixtureSampler
 
 __all__ = ["Loaded", "format_trace", "load", "trace"]
 
@@ -81,6 +83,9 @@ def load(path: Path, unsafe_unpickle: bool, shards: Path | None = None) -> Loade
         else:
             schedule = sampler_state.get("schedule", ())
             sampler = build_sampler(kind, sampler_state["fingerprint"], world, schedule)
+            if isinstance(sampler, MixtureSampler):  # sources appended at a resume
+                count = len(sampler.mixture.names)
+                sampler._plan.added = check_added(sampler_state, count, sampler.KIND)
             if shards is not None:
                 dataset = _located(shards, sampler.epoch_length)
         replay_changes(sampler, history)

@@ -192,7 +192,7 @@ class ResumableDataCallback(pl.Callback):
         if loader is None:
             warn_no_loader()
             return
-        self.mixer.loader = loader
+        self.mixer.attach(loader)  # notes a reweight of the resume in the history
         set_epoch_limit(trainer, loader)  # before the position: it may end the epoch
         if self._afresh:  # a checkpoint without data position (allow_config_change)
             self._afresh = start_at_lightnings_batch(trainer, loader)

@@ -117,6 +117,21 @@ class OnlineMixer:
         # {name: {source: last value}}: tensors as Lightning holds them, or restored floats
         self._memory: dict[str, dict[str, Any]] = {}
 
+    def attach(self, loader: StatefulDataLoader) -> None:
+        """Follow ``loader``; note a weight change its resume made (a ``DataChangePolicy``).
+
+        The history keeps it as an online change, so ``lrd trace`` rebuilds later epochs.
+        """
+        self.loader = loader
+        report = getattr(getattr(loader, "position_sampler", None), "last_reweight", None)
+        if report is None or self.history is None:
+            return
+        epoch, position = report["epoch"], report["position"]
+        weights, temperature = report["weights"], report["temperature"]
+        change = [float(epoch), float(position), float(temperature), *map(float, weights)]
+        if change not in self.history.changes:  # Lightning loads a state twice
+            self.history.note_change(epoch, position, weights, temperature)
+
     def sampler(self) -> MixtureSampler:
         """The mixture sampler of the training loader, or a ``RuntimeError`` saying why not."""
         sampler = getattr(self.loader, "position_sampler", None)

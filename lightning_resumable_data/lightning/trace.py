@@ -203,8 +203,10 @@ def replay_changes(sampler: DistributedSampler, history: DataHistory) -> None:
     """
     if not isinstance(sampler, MixtureSampler):
         return
+    sources = len(sampler.mixture.names)
     for epoch, position, temperature, *weights in history.changes:
         where = {"epoch": int(epoch), "position": int(position)}
+        weights += [0.0] * (sources - len(weights))  # made before sources were appended
         sampler.update_weights(weights, temperature, **where, kind="online")
 
 

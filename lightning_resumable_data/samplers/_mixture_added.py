@@ -112,6 +112,9 @@ def _widened(
             {**e, "weights": padded(e.get("weights"))} if isinstance(e, Mapping) else e
             for e in schedule
         ]
+    wanted = state.get("configured")
+    if isinstance(wanted, Mapping):
+        widened["configured"] = {**wanted, "weights": padded(wanted.get("weights"))}
     counts = state.get("source_counts")
     if isinstance(counts, Mapping):
         widened["source_counts"] = {**counts, **dict.fromkeys(names[before:], 0)}

@@ -32,12 +32,19 @@ import numpy as np
 from lightning_resumable_data.index.mixture import mixture_probabilities
 from lightning_resumable_data.samplers._mixture_plan import MixturePlan
 from lightning_resumable_data.samplers.data_changes import DataChangePolicy
-from lightning_resumable_data.state import _normalise
+from lightning_resumable_data.state import StateMismatchError, _normalise
 
 if TYPE_CHECKING:
     from lightning_resumable_data.samplers.mixture import MixtureSampler
 
-__all__ = ["DataChangePolicy", "apply_reweight", "reweighted", "saved_initial"]
+__all__ = [
+    "DataChangePolicy",
+    "apply_reweight",
+    "changes_state",
+    "configured",
+    "reweighted",
+    "saved_initial",
+]
 
 _log = logging.getLogger("lightning_resumable_data")
 
@@ -55,12 +62,53 @@ def reweighted(sampler: MixtureSampler, state: Any) -> Iterator[Any]:
     before = None if _same(sampler._initial, target) else load_under(sampler, target)
     try:
         yield state
+        last = None if saved is None else configured(state, saved, sampler.KIND)
     except BaseException:
         if before is not None:
             sampler._initial, sampler._plan = before
         raise
-    if not _same(target, built):
+    if last is not None and not _same(last, built):
         apply_reweight(sampler, built)
+
+
+def configured(state: Mapping[str, Any], initial: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The weights the configuration asked for at the state's last resume (``"configured"``).
+
+    The initial weights unless a resume changed them: a weight change made online while
+    training (``update_weights``) is not a change of the configuration, so a resume under
+    the configured weights keeps it, and one under other weights replaces it.
+
+    Raises:
+        StateMismatchError: A malformed ``"configured"``.
+    """
+    saved = state.get("configured")
+    if saved is None:
+        return initial
+    weights = saved.get("weights") if isinstance(saved, Mapping) else None
+    temperature = saved.get("temperature") if isinstance(saved, Mapping) else None
+    if (
+        isinstance(weights, list)
+        and len(weights) == len(initial["weights"])
+        and all(isinstance(w, (int, float)) and w >= 0 for w in weights)
+        and isinstance(temperature, (int, float))
+        and temperature > 0
+    ):
+        return {"weights": [float(w) for w in weights], "temperature": float(temperature)}
+    raise StateMismatchError(
+        f"Cannot load this state into {kind}: its 'configured' ({saved!r}) must hold the "
+        f"weights ({len(initial['weights'])}) and temperature a resume configured; the "
+        "state is corrupted."
+    )
+
+
+def changes_state(sampler: MixtureSampler) -> dict[str, Any]:
+    """The state keys of the changes made at resumes: ``configured``, ``sources_added``."""
+    out: dict[str, Any] = {}
+    if not _same(sampler.built_initial, sampler._initial):
+        out["configured"] = dict(sampler.built_initial)
+    if sampler._plan.added:
+        out["sources_added"] = [list(a) for a in sampler._plan.added]
+    return out
 
 
 def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
@@ -109,18 +157,30 @@ def apply_reweight(sampler: MixtureSampler, wanted: dict[str, Any]) -> None:
     )
     left_after = sampler._plan.counts(epoch, length) - sampler._plan.counts(epoch, position)
     names = sampler.mixture.names
+    entry = sampler._plan.schedule[sampler._plan.governing(epoch, position)]
     report = {
         "epoch": epoch,
         "position": position,
+        "weights": list(entry["weights"]),  # as the schedule holds them (a run's history too)
+        "temperature": entry["temperature"],
         "before": dict(zip(names, old, strict=True)),
         "after": dict(zip(names, new, strict=True)),
         "left_before": dict(zip(names, left_before.tolist(), strict=True)),
         "left_after": dict(zip(names, left_after.tolist(), strict=True)),
+        "added": _appended_here(sampler, epoch, position),
     }
     logged = report == sampler.last_reweight  # Lightning loads a state twice: said once
     sampler.last_reweight = report
     if sampler.rank == 0 and not logged:
         _log.info(describe_reweight(report))
+
+
+def _appended_here(sampler: MixtureSampler, epoch: int, position: int) -> list[str]:
+    """The sources the last addition appended, if it was made at ``position`` of ``epoch``."""
+    added = sampler._plan.added
+    if not added or tuple(added[-1][:2]) != (epoch, position):
+        return []
+    return list(sampler.mixture.names[added[-1][2] :])
 
 
 def describe_reweight(report: Mapping[str, Any]) -> str:
@@ -132,6 +192,8 @@ def describe_reweight(report: Mapping[str, Any]) -> str:
     ]
     removed = [n for n, p in report["after"].items() if p == 0 and report["before"][n] > 0]
     gone = f" (removed or weighing 0 now: {', '.join(removed)})" if removed else ""
+    if report.get("added"):
+        gone = f" (added to the mixture: {', '.join(report['added'])})" + gone
     return (
         f"The mixture's weights changed since the checkpoint{gone}; from epoch "
         f"{report['epoch']}, sample {report['position']} on: " + ", ".join(parts) + ". Draws "

@@ -18,7 +18,7 @@ from lightning_resumable_data.datasets.mixture import MixtureDataset, check_mixt
 from lightning_resumable_data.samplers._arguments import check_key_seed, check_non_negative_int
 from lightning_resumable_data.samplers._chunks import BatchCount, ChunkStream
 from lightning_resumable_data.samplers._mixture_added import with_added_sources
-from lightning_resumable_data.samplers._mixture_changes import reweighted
+from lightning_resumable_data.samplers._mixture_changes import changes_state, reweighted
 from lightning_resumable_data.samplers._mixture_config import (
     ORDER,
     MixtureConfig,
@@ -279,8 +279,7 @@ class MixtureSampler(DistributedSampler):
         segment = self._plan.anchor_state(epoch, consumed)
         if segment is not None:
             state["segment"] = segment
-        if self._plan.added:  # sources appended at a resume (_mixture_added)
-            state["sources_added"] = [list(a) for a in self._plan.added]
+        state.update(changes_state(self))  # weights and sources changed at resumes
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
