@@ -272,6 +272,16 @@ def test_an_added_source_draws_from_the_resume_on(
     left = {n: sum(f <= i < f + s for i in resumed[1]) for n, (f, s) in SOURCES.items()}
     assert planned["data_changes"]["dry_run"]["left_after"] == left
     assert planned["data_changes"]["dry_run"]["added"] == ["math"]
+    config = runs.root / f"added-{devices}.yaml"  # lrd plan CONFIG --resume CKPT: the same
+    config.write_text(
+        "sources: {web: 40, code: 16, math: 8}\nweights: {web: 0.5, code: 0.3, math: 0.2}\n"
+        f"samples_per_epoch: 64\nbatch_size: 4\nseed: 3\nmax_steps: 100\nworld_size: {devices}\n"
+    )
+    command = [sys.executable, "-m", "lightning_resumable_data.cli", "plan", str(config)]
+    done = subprocess.run(
+        [*command, "--resume", str(ckpt), "--json"], capture_output=True, text=True, check=True
+    )
+    assert json.loads(done.stdout)["data_changes"]["dry_run"]["left_after"] == left
     math = [i for i in resumed[1] if i >= 56]
     assert not [i for i in before[1] if i >= 56]
     assert math

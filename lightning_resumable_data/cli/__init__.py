@@ -27,8 +27,12 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lightning_resumable_data.cli._errors import EXIT_FAILURE, EXIT_USAGE, CliError
+
+if TYPE_CHECKING:
+    from lightning_resumable_data.cli._mixture_dryrun import MixtureChange
 
 __all__ = ["CliError", "build_parser", "main"]
 
@@ -110,6 +114,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     plan.add_argument("config", type=Path, metavar="CONFIG", help="a .yaml or .json file")
     plan.add_argument("--png", type=Path, metavar="PATH", help="also plot the shares to PATH")
+    plan.add_argument(
+        "--resume",
+        type=Path,
+        metavar="CHECKPOINT",
+        help="dry-run resuming CHECKPOINT under this config's data and layout instead "
+        "(docs/changes.md): lrd inspect's report with its dry run",
+    )
 
     trace = commands.add_parser(
         "trace",
@@ -275,6 +286,11 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     from lightning_resumable_data.cli.plan import format_plan, load_config, make_plan
 
+    if args.resume is not None:
+        from lightning_resumable_data.cli._plan_resume import plan_resume
+
+        print(plan_resume(load_config(args.config), args.resume, args.json))
+        return 0
     plan = make_plan(load_config(args.config), str(args.config))
     print(json.dumps(plan.to_json(), indent=2) if args.json else format_plan(plan), flush=True)
     if args.png is not None:  # the table first: the plot needs an optional dependency
@@ -320,9 +336,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILURE
 
 
-def _mixture_dry_run(
-    sources: str | None, weights: str | None
-) -> tuple[dict[str, int] | None, dict[str, float] | None] | None:
+def _mixture_dry_run(sources: str | None, weights: str | None) -> MixtureChange | None:
     """``--sources`` and ``--weights`` parsed, or ``None`` without either."""
     if sources is None and weights is None:
         return None
@@ -331,4 +345,5 @@ def _mixture_dry_run(
     return (
         None if sources is None else parse_pairs(sources, int, "--sources"),
         None if weights is None else parse_pairs(weights, float, "--weights"),
+        None,
     )

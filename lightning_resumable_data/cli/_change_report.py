@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lightning_resumable_data.cli._errors import CliError
+from lightning_resumable_data.cli._mixture_dryrun import MixtureChange
 from lightning_resumable_data.cli._reading import DataState
 from lightning_resumable_data.index.changes import DataChange
 from lightning_resumable_data.index.partition import samples_per_rank
@@ -101,7 +102,7 @@ def found_changes(
     found: DataState,
     new_length: int | None,
     policy: DataChangePolicy | None,
-    mixture: tuple[dict[str, int] | None, dict[str, float] | None] | None = None,
+    mixture: MixtureChange | None = None,
 ) -> dict[str, Any] | None:
     """The changes a checkpoint records, and the dry run of one more to ``new_length``.
 
@@ -127,7 +128,8 @@ def found_changes(
     if mixture is not None:
         from lightning_resumable_data.cli._mixture_dryrun import mixture_dry_run
 
-        out["dry_run"] = mixture_dry_run(sampler_state, *mixture, policy)
+        sources, weights, budget = mixture
+        out["dry_run"] = mixture_dry_run(sampler_state, sources, weights, policy, budget)
     return out if recorded or added or "dry_run" in out else None
 
 

@@ -25,7 +25,10 @@ from lightning_resumable_data.cli._errors import CliError
 from lightning_resumable_data.samplers.data_changes import DataChangePolicy
 from lightning_resumable_data.state import StateMismatchError
 
-__all__ = ["mixture_dry_run", "parse_pairs"]
+__all__ = ["MixtureChange", "mixture_dry_run", "parse_pairs"]
+
+# A dry run's sources (name: size), weights and epoch budget; None keeps the saved one.
+MixtureChange = tuple[dict[str, int] | None, dict[str, float] | None, int | None]
 
 
 def mixture_dry_run(
@@ -33,10 +36,12 @@ def mixture_dry_run(
     sources: Mapping[str, int] | None,
     weights: Mapping[str, float] | None,
     policy: DataChangePolicy | None = None,
+    samples_per_epoch: int | None = None,
 ) -> dict[str, Any]:
     """What a resume of the mixture state over ``sources`` with ``weights`` would do.
 
-    ``None`` keeps the saved sources (or weights). The answer holds ``refused`` (the message
+    ``None`` keeps the saved sources (or weights, or epoch budget: ``samples_per_epoch``).
+    The answer holds ``refused`` (the message
     the resume would raise) when the policy or the state refuses the change.
 
     Raises:
@@ -87,7 +92,7 @@ def mixture_dry_run(
             seed=int(fingerprint["seed"]),
             temperature=float(initial["temperature"]),
             drop_last=bool(fingerprint["drop_last"]),
-            samples_per_epoch=int(fingerprint["samples_per_epoch"]),
+            samples_per_epoch=int(samples_per_epoch or fingerprint["samples_per_epoch"]),
         )
     except ValueError as error:
         raise CliError(

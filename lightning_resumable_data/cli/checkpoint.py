@@ -22,6 +22,7 @@ from lightning_resumable_data.cli._dryrun import mixture_counts
 from lightning_resumable_data.cli._errors import CliError
 from lightning_resumable_data.cli._format import phase_start
 from lightning_resumable_data.cli._inspect_text import format_inspect
+from lightning_resumable_data.cli._mixture_dryrun import MixtureChange
 from lightning_resumable_data.cli._reading import (
     DataState,
     find_data_state,
@@ -164,7 +165,7 @@ def inspect(
     unsafe_unpickle: bool = False,
     dataset_length: int | None = None,
     policy: DataChangePolicy | None = None,
-    mixture: tuple[dict[str, int] | None, dict[str, float] | None] | None = None,
+    mixture: MixtureChange | None = None,
 ) -> dict[str, Any]:
     """Everything ``lrd inspect`` shows, as a JSON-serialisable dict.
 
