@@ -121,7 +121,7 @@ class PackedDataset(torch.utils.data.Dataset[Sample]):
                 f"seq_len={seq_len!r} must be an int >= 1 (tokens per sample); pass e.g. 2049."
             )
         if check_non_negative_int("stride", stride) == 0:
-            raise ValueError("stride=0 must be >= 1 (documents per index entry; default 64).")
+            raise ValueError("stride=0 must be >= 1 (documents per index entry; default 32).")
         self.corpus, self.seq_len, self.stride = corpus, int(seq_len), int(stride)
         self.mode: PackingMode = _choice("mode", mode, PACKING_MODES)  # type: ignore[assignment]
         self.boundaries: Boundaries = _choice(  # type: ignore[assignment]

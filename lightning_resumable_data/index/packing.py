@@ -41,7 +41,7 @@ __all__ = [
     "piece_offsets",
 ]
 
-DEFAULT_STRIDE: Final = 64  # documents per checkpoint: 8 / 64 = 0.125 bytes per document
+DEFAULT_STRIDE: Final = 32  # documents per checkpoint: 8 / 32 = 0.25 bytes per document
 _BUILD_CHUNK: Final = 2**16  # documents per pass of the build: ~3 MiB of temporaries
 
 Order = Callable[[NDArray[np.int64]], NDArray[np.int64]]
