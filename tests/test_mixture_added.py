@@ -26,6 +26,7 @@ from lightning_resumable_data import (
 )
 from lightning_resumable_data.cli._errors import CliError
 from lightning_resumable_data.cli._mixture_dryrun import mixture_dry_run, parse_pairs
+from lightning_resumable_data.lightning._checks import describe_sources
 
 SIZES = {"web": 50, "code": 30, "math": 20, "books": 7}
 BUDGET = 90
@@ -288,3 +289,17 @@ def test_the_dry_run_refuses_what_a_datamodule_refuses(sources: dict[str, int], 
 def test_bad_dry_run_arguments_say_what_is_wrong(text: str, kind: type, match: str) -> None:
     with pytest.raises(CliError, match=match):
         parse_pairs(text, kind, "--weights")
+
+
+@pytest.mark.parametrize(
+    ("now", "hint"),
+    [
+        ({"math": 1, "web": 4, "code": 2}, "appended after the saved ones"),
+        ({"web": 4, "math": 1}, "two resumes"),
+        ({"web": 4, "code": 3}, "changed size"),
+    ],
+)
+def test_a_refused_change_of_the_sources_says_what_would_resume_exactly(
+    now: dict[str, int], hint: str
+) -> None:
+    assert hint in describe_sources({"web": 4, "code": 2}, now)

@@ -147,7 +147,28 @@ def describe_sources(saved: object, now: object) -> str:
     """
     if isinstance(saved, Mapping) and isinstance(now, Mapping) and list(saved) == list(now) == [""]:
         return f"dataset length: saved {saved['']}, now {now['']}"
-    return f"sources: saved {saved!r}, now {now!r}"
+    return f"sources: saved {saved!r}, now {now!r}" + _sources_hint(saved, now)
+
+
+def _sources_hint(saved: object, now: object) -> str:
+    """What a mixture's changed sources would need to resume exactly (docs/changes.md).
+
+    Example:
+        >>> _sources_hint({"web": 4, "code": 2}, {"math": 1, "web": 4, "code": 2})
+        '; new sources resume exactly only appended after the saved ones'
+    """
+    if not (isinstance(saved, Mapping) and isinstance(now, Mapping)) or "" in saved:
+        return ""
+    kept = [n for n in now if n in saved]
+    added = [n for n in now if n not in saved]
+    removed = [n for n in saved if n not in now]
+    if any(saved[n] != now[n] for n in kept):
+        return "; a source that changed size cannot resume exactly"
+    if kept != [n for n in saved if n in now] or list(now)[: len(kept)] != kept:
+        return "; new sources resume exactly only appended after the saved ones"
+    if added and removed:
+        return "; add and remove sources in two resumes to resume exactly"
+    return ""
 
 
 def check_data_changes(policy: object) -> DataChangePolicy | None:
