@@ -142,8 +142,8 @@ def describe_sources(saved: object, now: object) -> str:
     Example:
         >>> describe_sources({"": 100}, {"": 101})
         'dataset length: saved 100, now 101'
-        >>> describe_sources({"web": 4}, {"web": 5})
-        "sources: saved {'web': 4}, now {'web': 5}"
+        >>> describe_sources({"web": 4}, {"web": 4, "code": 2})
+        "sources: saved {'web': 4}, now {'web': 4, 'code': 2}"
     """
     if isinstance(saved, Mapping) and isinstance(now, Mapping) and list(saved) == list(now) == [""]:
         return f"dataset length: saved {saved['']}, now {now['']}"

@@ -69,7 +69,7 @@ class MixtureSampler(DistributedSampler):
     "position", "weights", "temperature", "plan_end", "kind"}``, ``source_counts``, and
     ``segment``: the start and per-source draws before the segment holding the position
     (absent in its epoch's first segment), so a resume plans the epoch from there, not 0;
-    ``sources_added``: ``[epoch, position, sources before]`` of each source appended.
+    after changes at resumes, ``configured`` (the weights asked for) and ``sources_added``.
 
     Args:
         dataset: The :class:`MixtureDataset`.
