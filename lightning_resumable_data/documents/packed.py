@@ -19,7 +19,7 @@ The epoch comes from the :class:`~lightning_resumable_data.SampleKey` indices th
 samplers yield with ``sample_keys=True`` (the right way: every worker and rank then packs
 the same epoch, also after a resume), or from :meth:`PackedDataset.set_epoch` for plain
 integer indices. The epoch's index (:mod:`~lightning_resumable_data.index.packing`, 8
-bytes per 64 documents) is built on the first sample of an epoch and the last two epochs'
+bytes per 32 documents) is built on the first sample of an epoch and the last two epochs'
 are kept.
 
 Example:
