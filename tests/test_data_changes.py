@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from sampler_reads import read
 
 from lightning_resumable_data import (
     DataChangePolicy,
@@ -47,25 +48,6 @@ def samplers(
     for sampler in made:
         sampler.data_changes = policy
     return made
-
-
-def read(
-    group: list[DistributedSampler], state: dict[str, Any] | None, steps: int | None
-) -> tuple[list[int], dict[str, Any]]:
-    """The global stream of ``steps`` steps of a sample per rank (``None``: all), the state."""
-    for sampler in group:
-        if state is not None:
-            sampler.load_state_dict(state)
-    iterators = [iter(s) for s in group]
-    stream: list[int] = []
-    while steps is None or steps > 0:
-        try:
-            stream += [next(it) for it in iterators]
-        except StopIteration:
-            break
-        steps = None if steps is None else steps - 1
-    first = group[0]
-    return stream, first.state_at(first.epoch, min(first.consumed, first.epoch_size()))
 
 
 def next_epoch(group: list[DistributedSampler]) -> list[int]:
@@ -248,9 +230,9 @@ def mixture_group(
 def test_a_mixture_reweighted_at_the_resume_draws_each_sample_at_most_once_per_pass(
     weights: list[float], world: int, world_after: int, steps: int
 ) -> None:
-    before, state = read(mixture_group([1.0, 1.0, 1.0], world), None, steps)  # type: ignore[arg-type]
+    before, state = read(mixture_group([1.0, 1.0, 1.0], world), None, steps)
     group = mixture_group(weights, world_after)
-    rest, _ = read(group, state, None)  # type: ignore[arg-type]
+    rest, _ = read(group, state, None)
     drawn = Counter(before + rest)
     for first, size in ((0, 50), (50, 30), (80, 20)):  # each source read as whole passes:
         mine = [drawn[i] for i in range(first, first + size)]  # a sample is drawn once per
@@ -260,16 +242,16 @@ def test_a_mixture_reweighted_at_the_resume_draws_each_sample_at_most_once_per_p
     assert group[0].weights_at(0, state["consumed"]) == pytest.approx(
         dict(zip(["web", "code", "math"], [w / sum(weights) for w in weights], strict=True))
     )
-    again, _ = read(mixture_group(weights, 1), state, None)  # type: ignore[arg-type]
+    again, _ = read(mixture_group(weights, 1), state, None)
     assert again[: len(rest)] == rest  # the same change from the same checkpoint, any layout
 
 
 def test_a_second_resume_replays_the_reweight_without_a_new_change() -> None:
-    _, state = read(mixture_group([1.0, 1.0, 1.0], 1), None, 10)  # type: ignore[arg-type]
+    _, state = read(mixture_group([1.0, 1.0, 1.0], 1), None, 10)
     first = mixture_group([4.0, 1.0, 0.0], 1)
-    _, middle = read(first, state, 15)  # type: ignore[arg-type]
+    _, middle = read(first, state, 15)
     resumed = mixture_group([4.0, 1.0, 0.0], 2)
-    rest, _ = read(resumed, middle, None)  # type: ignore[arg-type]
+    rest, _ = read(resumed, middle, None)
     assert resumed[0].last_reweight is None  # in force already: nothing new recorded
     online = [e for e in middle["schedule"] if e["kind"] == "online"]
     assert [(e["epoch"], e["position"]) for e in online] == [(0, 10)]
@@ -279,7 +261,7 @@ def test_a_second_resume_replays_the_reweight_without_a_new_change() -> None:
 
 
 def test_a_reweight_is_refused_without_a_policy() -> None:
-    _, state = read(mixture_group([1.0, 1.0, 1.0], 1), None, 4)  # type: ignore[arg-type]
+    _, state = read(mixture_group([1.0, 1.0, 1.0], 1), None, 4)
     with pytest.raises(StateMismatchError, match="initial"):
         mixture_group([2.0, 1.0, 1.0], 1, DataChangePolicy(sources="refuse"))[0].load_state_dict(
             state

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sampler_reads import read
 
 from lightning_resumable_data import (
     DataChangePolicy,
@@ -49,25 +50,6 @@ def group(
     for sampler in made:
         sampler.data_changes = policy
     return made
-
-
-def read(
-    samplers: list[MixtureSampler], state: dict[str, Any] | None, steps: int | None
-) -> tuple[list[int], dict[str, Any]]:
-    """The global stream of ``steps`` steps of a sample per rank (``None``: all), the state."""
-    for sampler in samplers:
-        if state is not None:
-            sampler.load_state_dict(state)
-    iterators = [iter(s) for s in samplers]
-    stream: list[int] = []
-    while steps is None or steps > 0:
-        try:
-            stream += [next(it) for it in iterators]
-        except StopIteration:
-            break
-        steps = None if steps is None else steps - 1
-    first = samplers[0]
-    return stream, first.state_at(first.epoch, min(first.consumed, first.epoch_size()))
 
 
 def assert_whole_passes(ids: list[int], count: int) -> None:

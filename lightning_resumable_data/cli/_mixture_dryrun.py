@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lightning_resumable_data.cli._errors import CliError
-from lightning_resumable_data.samplers.data_changes import DataChangePolicy
+from lightning_resumable_data.samplers.data_changes import DataChangePolicy, source_change
 from lightning_resumable_data.state import StateMismatchError
 
 __all__ = ["MixtureChange", "mixture_dry_run", "parse_pairs"]
@@ -121,30 +121,19 @@ def mixture_dry_run(
 def _refusal(saved: dict[str, int], wanted: dict[str, int], schedule: list[Any]) -> str | None:
     """Why a ``ResumableDataModule`` resume refuses these sources (``None``: it does not).
 
-    The sources may be the saved ones (each with its size) with some left out, or with new
-    ones appended after them, not both, and neither under declared phases.
+    :func:`~lightning_resumable_data.samplers.data_changes.source_change` decides, and an
+    addition or removal is refused under declared phases.
     """
-    kept = [n for n in wanted if n in saved]
-    resized = [n for n in kept if wanted[n] != saved[n]]
-    added = [n for n in wanted if n not in saved]
-    removed = [n for n in saved if n not in wanted]
+    kind, problem = source_change(saved, wanted)
     phases = any(
         isinstance(e, dict)
         and e.get("kind") == "declared"
         and (e.get("epoch"), e.get("position")) != (0, 0)
         for e in schedule
     )
-    problem = None
-    if resized:
-        sizes = [saved[n] for n in resized], [wanted[n] for n in resized]
-        problem = f"sources {resized} changed size ({sizes[0]} -> {sizes[1]})"
-    elif kept != [n for n in saved if n in wanted] or list(wanted)[: len(kept)] != kept:
-        problem = "the sources are in another order (append new sources after the saved)"
-    elif added and removed:
-        problem = f"sources {added} added and {removed} removed in one resume (use two)"
-    elif (added or removed) and phases:
+    if kind in ("added", "removed") and phases:
         problem = "sources added or removed under declared phases (they weigh every source)"
-    if problem is None:
+    if not problem:
         return None
     return (
         f"Cannot resume: the data configuration changed ({problem}). A ResumableDataModule "

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sized
 
 from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
 
-from lightning_resumable_data.samplers.data_changes import DataChangePolicy
+from lightning_resumable_data.samplers.data_changes import DataChangePolicy, source_change
 from lightning_resumable_data.samplers.distributed import check_non_negative_int
 
 __all__ = [
@@ -154,21 +154,13 @@ def _sources_hint(saved: object, now: object) -> str:
     """What a mixture's changed sources would need to resume exactly (docs/changes.md).
 
     Example:
-        >>> _sources_hint({"web": 4, "code": 2}, {"math": 1, "web": 4, "code": 2})
-        '; new sources resume exactly only appended after the saved ones'
+        >>> _sources_hint({"web": 4}, {"web": 5})
+        "; sources ['web'] changed size ([4] -> [5])"
     """
     if not (isinstance(saved, Mapping) and isinstance(now, Mapping)) or "" in saved:
         return ""
-    kept = [n for n in now if n in saved]
-    added = [n for n in now if n not in saved]
-    removed = [n for n in saved if n not in now]
-    if any(saved[n] != now[n] for n in kept):
-        return "; a source that changed size cannot resume exactly"
-    if kept != [n for n in saved if n in now] or list(now)[: len(kept)] != kept:
-        return "; new sources resume exactly only appended after the saved ones"
-    if added and removed:
-        return "; add and remove sources in two resumes to resume exactly"
-    return ""
+    kind, why = source_change(saved, now)
+    return f"; {why}" if kind == "refused" else ""
 
 
 def check_data_changes(policy: object) -> DataChangePolicy | None:

@@ -16,6 +16,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from lightning_resumable_data.datasets.mixture import RemovedSource
 from lightning_resumable_data.lightning._checks import describe_sources
+from lightning_resumable_data.samplers.data_changes import source_change
 from lightning_resumable_data.samplers.schedule import phase_dict
 from lightning_resumable_data.shards.dataset import DistributedShardedDataset
 from lightning_resumable_data.state import StateMismatchError
@@ -72,33 +73,23 @@ def _followed(dm: ResumableDataModule, saved: object, now: Mapping[str, int]) ->
     )
 
 
+def _mixture_change(dm: ResumableDataModule, saved: object, now: Mapping[str, int]) -> str:
+    """``"added"``/``"removed"`` if the sampler follows a change of the mixture's sources."""
+    policy = getattr(dm, "data_changes", None)
+    if policy is None or policy.sources != "at_resume" or not isinstance(saved, Mapping):
+        return ""
+    if dm.phases or "" in saved:  # the phases weigh every source: refused as a change
+        return ""
+    return source_change(saved, now)[0]
+
+
 def _removed(
     dm: ResumableDataModule, saved: object, now: Mapping[str, int]
 ) -> dict[str, int] | None:
     """The saved mixture's sources in order, with sizes, if only some were removed since."""
-    policy = getattr(dm, "data_changes", None)
-    if policy is None or policy.sources != "at_resume" or not isinstance(saved, Mapping):
-        return None
-    if dm.phases:  # the phases weigh every source: refused as a change of the sources
-        return None
-    gone = [name for name in saved if name not in now]
-    kept = [name for name in saved if name in now]
-    if not gone or "" in saved or kept != list(now) or any(saved[n] != now[n] for n in kept):
+    if not isinstance(saved, Mapping) or _mixture_change(dm, saved, now) != "removed":
         return None
     return {str(name): int(size) for name, size in saved.items()}
-
-
-def _added(dm: ResumableDataModule, saved: object, now: Mapping[str, int]) -> bool:
-    """Whether ``now`` is the saved mixture's sources with more appended (the sampler adds them)."""
-    policy = getattr(dm, "data_changes", None)
-    if policy is None or policy.sources != "at_resume" or not isinstance(saved, Mapping):
-        return False
-    if dm.phases or "" in saved:  # the phases weigh every source: refused as a change
-        return False
-    kept = list(now)[: len(saved)]
-    return (
-        0 < len(saved) < len(now) and kept == list(saved) and all(saved[n] == now[n] for n in kept)
-    )
 
 
 def mixture_sources(dm: ResumableDataModule) -> dict[str, Any]:
@@ -142,7 +133,7 @@ def load_module_state(dm: ResumableDataModule, state_dict: dict[str, Any]) -> No
     }
     if _followed(dm, saved.get("sources"), now["sources"]):
         changed.pop("sources", None)  # the sampler records the change (DataChangePolicy)
-    if _added(dm, saved.get("sources"), now["sources"]):
+    if _mixture_change(dm, saved.get("sources"), now["sources"]) == "added":
         changed.pop("sources", None)  # the sampler records the addition (DataChangePolicy)
     removed = _removed(dm, saved.get("sources"), now["sources"])
     if removed is not None:  # kept in place, weighing 0 from the resume on

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from lightning_resumable_data.samplers.data_changes import source_change
 from lightning_resumable_data.state import StateMismatchError, _normalise
 
 if TYPE_CHECKING:
@@ -82,10 +83,10 @@ def with_added_sources(sampler: MixtureSampler, state: object) -> object:
 def _appended(saved: Mapping[str, Any], names: list[str], sizes: list[int]) -> bool:
     """Whether ``names``/``sizes`` are the saved sources followed by at least one more."""
     old_names, old_sizes = saved.get("sources"), saved.get("sizes")
-    if not (isinstance(old_names, list) and isinstance(old_sizes, list)):
+    if not (isinstance(old_names, list) and isinstance(old_sizes, list)) or not old_names:
         return False
-    count = len(old_names)
-    return 0 < count < len(names) and names[:count] == old_names and sizes[:count] == old_sizes
+    before = dict(zip(old_names, old_sizes, strict=False))
+    return source_change(before, dict(zip(names, sizes, strict=True)))[0] == "added"
 
 
 def _widened(

@@ -98,12 +98,11 @@ def make_segment(
     end = entry["plan_end"] if frozen else planned_end
     probs = mixture_probabilities(entry["weights"], entry["temperature"])
     counts = target_counts(probs, end - start)
-    layout: Arrangement | _Prefix = arrangement(counts, seed, (epoch, start, end))
     sources = sources_at(added, epoch, start, len(counts))
-    if sources < len(counts):
-        if counts[sources:].any():
-            raise ValueError(f"sources appended at a resume weigh > 0 before it: {counts}")
-        layout = _Prefix(arrangement(counts[:sources], seed, (epoch, start, end)), len(counts))
+    if counts[sources:].any():
+        raise ValueError(f"sources appended at a resume weigh > 0 before it: {counts}")
+    kept = arrangement(counts[:sources], seed, (epoch, start, end))
+    layout = kept if sources == len(counts) else _Prefix(kept, len(counts))
     return Segment(start, stop, counts, (epoch, start, end), layout, drawn)
 
 

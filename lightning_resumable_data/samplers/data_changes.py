@@ -14,14 +14,21 @@ added_stop=120, removed_from=100)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from lightning_resumable_data.index.changes import DataChange
 from lightning_resumable_data.state import StateMismatchError
 
-__all__ = ["ChangeReport", "DataChangePolicy", "changes_state", "decide_change", "loaded_changes"]
+__all__ = [
+    "ChangeReport",
+    "DataChangePolicy",
+    "changes_state",
+    "decide_change",
+    "loaded_changes",
+    "source_change",
+]
 
 Grown = Literal["this_epoch", "next_epoch", "refuse"]
 Shrunk = Literal["skip_removed", "refuse"]
@@ -209,3 +216,36 @@ def loaded_changes(state: object, kind: str) -> list[DataChange]:
             )
         found.append(change)
     return found
+
+
+def source_change(saved: Mapping[str, int], now: Mapping[str, int]) -> tuple[str, str]:
+    """How a mixture's sources (name: size, in order) changed, and why it is refused.
+
+    ``("same" | "added" | "removed", "")`` for the changes a resume follows exactly: the
+    saved sources, each with its size, with new ones appended after them or with some left
+    out (not both); ``("refused", why)`` for any other.
+
+    Example:
+        >>> source_change({"web": 4}, {"web": 4, "math": 1})
+        ('added', '')
+        >>> source_change({"web": 4, "code": 2}, {"code": 2, "web": 4})[0]
+        'refused'
+    """
+    kept = [name for name in now if name in saved]
+    added = [name for name in now if name not in saved]
+    removed = [name for name in saved if name not in now]
+    resized = [name for name in kept if saved[name] != now[name]]
+    if resized:
+        sizes = [saved[n] for n in resized], [now[n] for n in resized]
+        return "refused", f"sources {resized} changed size ({sizes[0]} -> {sizes[1]})"
+    if kept != [name for name in saved if name in now] or list(now)[: len(kept)] != kept:
+        return "refused", (
+            "the sources are in another order; new sources resume exactly only appended "
+            "after the saved ones"
+        )
+    if added and removed:
+        return "refused", (
+            f"sources {added} added and {removed} removed in one resume; add and remove "
+            "sources in two resumes"
+        )
+    return ("added" if added else "removed" if removed else "same"), ""
